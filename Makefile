@@ -1,0 +1,44 @@
+# walbus: a durable Azure Service Bus compatible broker.
+GO        ?= go
+BIN       := bin/walbus
+FUZZTIME  ?= 10s
+PKGS      := ./...
+
+.PHONY: all build run test vet fmt-check unit bench fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/walbus
+
+# Builds and starts a broker with the defaults (data in ./data).
+run: build
+	./$(BIN) serve
+
+# Everything CI runs.
+test: vet fmt-check unit
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+unit:
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 30m $(PKGS)
+
+# A short run of every fuzz target (FUZZTIME each).
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$target"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+clean:
+	rm -rf bin

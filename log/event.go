@@ -1,0 +1,143 @@
+// Package log is walbus's durable event log: the event vocabulary, the
+// checksummed record envelope, and a segmented write-ahead log on
+// github.com/tidwall/wal with group commit, tail repair and positional reads.
+//
+// Every entity (queue or topic) has one log; entity definitions live in a
+// namespace log of their own. The log index of the event that enqueues a
+// message is that message's SequenceNumber.
+package log
+
+import "fmt"
+
+// Type identifies an event. The numbers are stored on disk: never renumber.
+type Type uint8
+
+// Event types of the namespace log.
+const (
+	EntityCreated Type = 1
+	EntityUpdated Type = 2
+	EntityDeleted Type = 3
+)
+
+// Event types of an entity log: the life of a message.
+const (
+	Enqueued          Type = 10 // a message became part of a queue; its index is its SequenceNumber
+	Scheduled         Type = 11 // a message waits for its activation time; its index is its SequenceNumber
+	ScheduleCancelled Type = 12 // a scheduled message was withdrawn before activation
+	Activated         Type = 13 // a scheduled message went live with a new SequenceNumber (this index)
+
+	Locked      Type = 20 // a message was locked for a receiver (peek-lock)
+	LockRenewed Type = 21 // the lock's owner extended it
+	LockExpired Type = 22 // the lock ran out; counts as a failed delivery, like abandon
+
+	Completed          Type = 30 // removed after successful processing
+	Abandoned          Type = 31 // unlocked; delivery count +1
+	Released           Type = 32 // unlocked without counting a delivery
+	Deferred           Type = 33 // set aside; reachable only by SequenceNumber
+	DeadLettered       Type = 34 // moved to the dead-letter subqueue
+	Expired            Type = 35 // time to live ran out; dropped
+	ReceivedAndDeleted Type = 36 // consumed by a receive-and-delete receiver
+
+	SessionLocked      Type = 40 // a session was locked for a receiver
+	SessionLockRenewed Type = 41
+	SessionUnlocked    Type = 42 // the session's receiver let it go, or its lock ran out
+	SessionStateSet    Type = 43 // the session's opaque state blob was replaced
+)
+
+// Queue numbers inside an entity log. A queue's own messages are in queue 0 and
+// its dead-letter subqueue is queue 1; topics give each subscription a pair.
+const (
+	MainQueue       uint32 = 0
+	DeadLetterQueue uint32 = 1
+)
+
+// LockToken identifies one lock on one message. It is a GUID on the wire.
+type LockToken [16]byte
+
+// Position locates a record's envelope inside the segment file that holds its
+// index: Offset is the byte offset of the envelope, Size its length.
+type Position struct {
+	Offset uint32
+	Size   uint32
+}
+
+// Event is one entry of a log. It is a flat union: each Type uses the fields
+// its layout lists (see layouts) and leaves the others zero.
+//
+// Byte slices (Message, Props, State) returned by decoding alias the buffer
+// they were decoded from; callers that keep them must copy.
+type Event struct {
+	Type  Type
+	Flags uint8  // envelope flags, see FlagContinued
+	Index uint64 // log index; the SequenceNumber for Enqueued, Scheduled and Activated
+	Time  int64  // unix nanoseconds, the broker clock when the event was decided
+
+	Queue       uint32    // which queue of the entity (MainQueue, DeadLetterQueue, ...)
+	Seq         uint64    // the message the event is about
+	Token       LockToken // lock token of a Locked event
+	Until       int64     // unix ns: locked-until, activation time, or expiry (0 = never)
+	TTL         int64     // ns: a scheduled message's time to live, counted from activation
+	MessageID   string
+	SessionID   string
+	Receiver    string // which receiver link took a lock or a message
+	Reason      string // dead-letter reason
+	Description string // dead-letter error description
+	Name        string // entity name (namespace events)
+	Props       []byte // encoded AMQP map of properties to modify, or entity properties
+	Message     []byte // the bare AMQP message exactly as the client sent it
+	State       []byte // session state
+
+	// Pos is where the record sits in its segment. It is not part of the
+	// record: Append and the scanners fill it in.
+	Pos Position
+}
+
+// FlagContinued marks a record whose atomic group continues in the next
+// record. Append sets it on every record but the last of one call, so a batch
+// of messages becomes durable as a whole or not at all: recovery drops a
+// group whose last record never reached the disk.
+const FlagContinued uint8 = 1
+
+var typeNames = map[Type]string{
+	EntityCreated: "entity-created", EntityUpdated: "entity-updated", EntityDeleted: "entity-deleted",
+	Enqueued: "enqueued", Scheduled: "scheduled", ScheduleCancelled: "schedule-cancelled", Activated: "activated",
+	Locked: "locked", LockRenewed: "lock-renewed", LockExpired: "lock-expired",
+	Completed: "completed", Abandoned: "abandoned", Released: "released", Deferred: "deferred",
+	DeadLettered: "dead-lettered", Expired: "expired", ReceivedAndDeleted: "received-and-deleted",
+	SessionLocked: "session-locked", SessionLockRenewed: "session-lock-renewed",
+	SessionUnlocked: "session-unlocked", SessionStateSet: "session-state-set",
+}
+
+func (t Type) String() string {
+	if s, ok := typeNames[t]; ok {
+		return s
+	}
+	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// Valid reports whether t is a known event type.
+func (t Type) Valid() bool {
+	_, ok := layouts[t]
+	return ok
+}
+
+// ParseType maps a name printed by Type.String back to its Type.
+func ParseType(name string) (Type, bool) {
+	for t, s := range typeNames {
+		if s == name {
+			return t, true
+		}
+	}
+	return 0, false
+}
+
+// Types lists every known event type in numeric order.
+func Types() []Type {
+	out := make([]Type, 0, len(typeNames))
+	for t := Type(0); t < 255; t++ {
+		if t.Valid() {
+			out = append(out, t)
+		}
+	}
+	return out
+}

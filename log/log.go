@@ -1,0 +1,626 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/wal"
+)
+
+// SyncPolicy says when appended records count as durable.
+type SyncPolicy uint8
+
+const (
+	// SyncAlways fsyncs every group commit before acknowledging it. Default.
+	SyncAlways SyncPolicy = iota
+	// SyncInterval fsyncs at most once per Options.SyncInterval; a record is
+	// acknowledged after the fsync that covers it.
+	SyncInterval
+	// SyncNone never fsyncs (except at Close): acknowledged records can be
+	// lost by a machine crash. For benchmarks only.
+	SyncNone
+)
+
+func (p SyncPolicy) String() string {
+	switch p {
+	case SyncAlways:
+		return "always"
+	case SyncInterval:
+		return "interval"
+	case SyncNone:
+		return "none"
+	}
+	return fmt.Sprintf("sync(%d)", uint8(p))
+}
+
+// ParseSyncPolicy parses "always", "interval" or "none".
+func ParseSyncPolicy(s string) (SyncPolicy, error) {
+	for _, p := range []SyncPolicy{SyncAlways, SyncInterval, SyncNone} {
+		if p.String() == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown sync policy %q (want always, interval or none)", s)
+}
+
+// Options configure a Log. The zero value is usable.
+type Options struct {
+	Sync         SyncPolicy
+	SyncInterval time.Duration // for SyncInterval; default 10ms
+	// SegmentSize is the size at which a segment file is closed and the next
+	// begins. tidwall keeps the tail segment in memory, so this is also the
+	// log's write-buffer footprint. Default 8 MiB.
+	SegmentSize int
+	// MaxPendingBytes bounds encoded records waiting for the writer; Append
+	// blocks beyond it. Default 64 MiB.
+	MaxPendingBytes int
+	// Repair cuts the log at damage found in its last segment instead of
+	// refusing to open it. Damage in older segments is found by Scan and is
+	// cut with TruncateBack.
+	Repair bool
+	// OnCommit, if set, is called on the writer goroutine after every group
+	// commit (for metrics). It must not block.
+	OnCommit func(CommitStats)
+}
+
+// CommitStats describes one group commit.
+type CommitStats struct {
+	Records int
+	Bytes   int
+	Write   time.Duration
+	Sync    time.Duration // zero when this commit did not fsync
+	Synced  bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = 10 * time.Millisecond
+	}
+	if o.SegmentSize <= 0 {
+		o.SegmentSize = 8 << 20
+	}
+	if o.MaxPendingBytes <= 0 {
+		o.MaxPendingBytes = 64 << 20
+	}
+	return o
+}
+
+// ErrClosed is returned by operations on a closed Log.
+var ErrClosed = errors.New("log closed")
+
+// ErrFailed matches the sticky error of a log whose write or fsync failed.
+// The log refuses all later writes; recovery is Close, Open (which repairs
+// the tail) and replay.
+var ErrFailed = errors.New("log failed")
+
+type failedError struct{ err error }
+
+func (e *failedError) Error() string        { return "log failed: " + e.err.Error() }
+func (e *failedError) Unwrap() error        { return e.err }
+func (e *failedError) Is(target error) bool { return target == ErrFailed }
+
+// OpenReport says what Open found.
+type OpenReport struct {
+	FirstIndex, LastIndex uint64
+	Segments              int
+	Repair                TailRepair
+}
+
+// Log is one segmented write-ahead log. Append is safe for concurrent use;
+// one writer goroutine commits queued records in groups.
+type Log struct {
+	dir  string
+	opts Options
+	wal  *wal.Log
+	segs *segmentSet
+
+	mu        sync.Mutex
+	space     *sync.Cond // signalled when the writer takes the pending batch
+	next      uint64     // index the next appended record gets
+	tailFirst uint64     // mirror of tidwall's tail segment: its first index
+	tailSize  int64      // and its size in bytes
+	cycleNext bool       // tidwall will start a new segment before the next record
+	pend      *batch
+	err       error // sticky
+	closed    bool
+
+	wake   chan struct{}
+	exited chan struct{}
+
+	first   atomic.Uint64
+	written atomic.Uint64 // last index handed to the segment files
+	durable atomic.Uint64 // last index durable under the sync policy
+	bytes   atomic.Int64  // bytes in segment files
+
+	// faultHook, set only by tests, injects a write or fsync failure.
+	faultHook func(stage string) error
+}
+
+func (l *Log) fault(stage string) error {
+	if l.faultHook == nil {
+		return nil
+	}
+	return l.faultHook(stage)
+}
+
+type batch struct {
+	buf     []byte // encoded records back to back
+	sizes   []int
+	first   uint64
+	last    uint64
+	cycled  bool // a new segment file begins inside this batch
+	waiters []waiter
+}
+
+type waiter struct {
+	last uint64
+	done func(error)
+}
+
+func (b *batch) reset() {
+	b.buf, b.sizes, b.waiters = b.buf[:0], b.sizes[:0], b.waiters[:0]
+	b.first, b.last, b.cycled = 0, 0, false
+}
+
+// Open opens (creating if needed) the log in dir, repairing a torn tail.
+func Open(dir string, opts Options) (*Log, OpenReport, error) {
+	opts = opts.withDefaults()
+	var rep OpenReport
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, rep, err
+	}
+	if interrupted, err := hasInterruptedTruncation(dir); err != nil {
+		return nil, rep, err
+	} else if interrupted {
+		// tidwall's Open finishes a truncation a crash cut short, and does so
+		// before it reads the tail, so it works even if the tail is torn.
+		if w, err := wal.Open(dir, tidwallOptions(opts)); err == nil {
+			w.Close()
+		}
+	}
+	segs, err := listSegments(dir)
+	if err != nil {
+		return nil, rep, err
+	}
+	rep.Repair, _, err = repairTail(dir, segs, opts.Repair)
+	if err != nil {
+		return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
+	}
+	w, err := wal.Open(dir, tidwallOptions(opts))
+	if err != nil {
+		return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
+	}
+	first, _ := w.FirstIndex()
+	last, _ := w.LastIndex()
+	if segs, err = listSegments(dir); err != nil {
+		w.Close()
+		return nil, rep, err
+	}
+	var total, tail int64
+	for _, s := range segs {
+		fi, err := os.Stat(segmentPath(dir, s))
+		if err != nil {
+			w.Close()
+			return nil, rep, err
+		}
+		total += fi.Size()
+		tail = fi.Size()
+	}
+	l := &Log{
+		dir:       dir,
+		opts:      opts,
+		wal:       w,
+		segs:      newSegmentSet(dir, segs),
+		next:      last + 1,
+		tailFirst: segs[len(segs)-1],
+		tailSize:  tail,
+		cycleNext: tail > int64(opts.SegmentSize),
+		pend:      &batch{},
+		wake:      make(chan struct{}, 1),
+		exited:    make(chan struct{}),
+	}
+	l.space = sync.NewCond(&l.mu)
+	l.first.Store(first)
+	l.written.Store(last)
+	l.durable.Store(last)
+	l.bytes.Store(total)
+	rep.FirstIndex, rep.LastIndex, rep.Segments = first, last, len(segs)
+	go l.run()
+	return l, rep, nil
+}
+
+func tidwallOptions(o Options) *wal.Options {
+	return &wal.Options{
+		NoSync:           true, // we fsync per policy, once per group
+		SegmentSize:      o.SegmentSize,
+		SegmentCacheSize: 1,
+		AllowEmpty:       true,
+	}
+}
+
+// Dir is the directory of the log.
+func (l *Log) Dir() string { return l.dir }
+
+// FirstIndex is the index of the oldest record still in the log (LastIndex+1
+// when it is empty).
+func (l *Log) FirstIndex() uint64 { return l.first.Load() }
+
+// LastIndex is the index of the newest appended record.
+func (l *Log) LastIndex() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.next - 1
+}
+
+// DurableIndex is the newest index that is durable under the sync policy.
+func (l *Log) DurableIndex() uint64 { return l.durable.Load() }
+
+// Bytes is the size of the log's segment files.
+func (l *Log) Bytes() int64 { return l.bytes.Load() }
+
+// Err returns the sticky error of a failed log, or nil.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Append assigns the next indexes to evs, setting their Index, Flags and Pos,
+// and queues them for the next group commit. It returns the first index.
+// All of evs form one atomic group: after a crash either all are in the log
+// or none is. done, if not nil, is called once on the writer goroutine when
+// every record of evs is durable under the sync policy, or with the error
+// that stopped the log; it must not block or call back into the Log. An
+// empty evs makes done a barrier for everything appended before.
+func (l *Log) Append(evs []Event, done func(error)) (uint64, error) {
+	l.mu.Lock()
+	for l.err == nil && !l.closed && len(l.pend.buf) > l.opts.MaxPendingBytes {
+		l.space.Wait()
+	}
+	if err := l.err; err != nil {
+		l.mu.Unlock()
+		return 0, err
+	}
+	if l.closed {
+		l.mu.Unlock()
+		return 0, ErrClosed
+	}
+	p := l.pend
+	first := l.next
+	if len(p.sizes) == 0 {
+		p.first = first
+	}
+	for i := range evs {
+		e := &evs[i]
+		e.Index = l.next
+		e.Flags &^= FlagContinued
+		if i < len(evs)-1 {
+			e.Flags |= FlagContinued
+		}
+		start := len(p.buf)
+		p.buf = AppendRecord(p.buf, e)
+		size := len(p.buf) - start
+		p.sizes = append(p.sizes, size)
+		e.Pos = l.place(p, e.Index, size)
+		p.last = e.Index
+		l.next++
+	}
+	if done != nil {
+		p.waiters = append(p.waiters, waiter{last: l.next - 1, done: done})
+	}
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return first, nil
+}
+
+// place computes where tidwall will put the next entry, mirroring its rule:
+// after an entry brings the tail segment to SegmentSize or more, the next
+// entry starts a new segment (and a tail found oversize at open is closed
+// before the first write).
+func (l *Log) place(p *batch, index uint64, size int) Position {
+	if l.cycleNext {
+		l.tailFirst, l.tailSize, l.cycleNext = index, 0, false
+		l.segs.add(index)
+		p.cycled = true
+	}
+	prefix := uvarintLen(uint64(size))
+	pos := Position{Offset: uint32(l.tailSize) + uint32(prefix), Size: uint32(size)}
+	l.tailSize += int64(prefix + size)
+	if l.tailSize >= int64(l.opts.SegmentSize) {
+		l.cycleNext = true
+	}
+	return pos
+}
+
+// run is the writer: it takes everything queued, writes it as one tidwall
+// batch, fsyncs per policy and then releases the waiters.
+func (l *Log) run() {
+	defer close(l.exited)
+	var (
+		wb       wal.Batch
+		spare    = &batch{}
+		held     []waiter // written, waiting for an fsync (SyncInterval)
+		lastSync = time.Now()
+		timer    = time.NewTimer(time.Hour)
+		armed    bool
+	)
+	timer.Stop()
+	for {
+		l.mu.Lock()
+		p, closing, failed := l.pend, l.closed, l.err != nil
+		if len(p.sizes) > 0 || len(p.waiters) > 0 {
+			l.pend, spare = spare, nil
+			l.space.Broadcast()
+		} else {
+			p = nil
+		}
+		l.mu.Unlock()
+
+		if p == nil {
+			if closing || failed {
+				if !failed && len(held) > 0 {
+					l.syncAndRelease(&held, &lastSync)
+				}
+				return
+			}
+			select {
+			case <-l.wake:
+			case <-timer.C:
+				armed = false
+				l.syncAndRelease(&held, &lastSync)
+			}
+			continue
+		}
+		if failed {
+			l.release(p.waiters, l.Err())
+			p.reset()
+			spare = p
+			continue
+		}
+		stats, err := l.write(&wb, p)
+		if err != nil {
+			l.fail(err)
+			l.release(held, l.Err())
+			l.release(p.waiters, l.Err())
+			held = held[:0]
+			p.reset()
+			spare = p
+			continue
+		}
+		held = append(held, p.waiters...)
+		switch {
+		case l.opts.Sync == SyncAlways || closing:
+			stats.Sync, err = l.sync()
+			stats.Synced = true
+		case l.opts.Sync == SyncInterval && time.Since(lastSync) < l.opts.SyncInterval:
+			if !armed {
+				timer.Reset(l.opts.SyncInterval - time.Since(lastSync))
+				armed = true
+			}
+		case l.opts.Sync == SyncInterval:
+			stats.Sync, err = l.sync()
+			stats.Synced = true
+		default: // SyncNone: written counts as durable
+			l.durable.Store(l.written.Load())
+		}
+		if stats.Synced {
+			lastSync = time.Now()
+		}
+		if err != nil {
+			l.fail(err)
+			l.release(held, l.Err())
+			held = held[:0]
+		} else if stats.Synced || l.opts.Sync == SyncNone {
+			l.release(held, nil)
+			held = held[:0]
+		}
+		if l.opts.OnCommit != nil {
+			l.opts.OnCommit(stats)
+		}
+		p.reset()
+		spare = p
+	}
+}
+
+// write hands one batch to tidwall (which writes but does not fsync it) and
+// makes a new segment's directory entry durable.
+func (l *Log) write(wb *wal.Batch, p *batch) (CommitStats, error) {
+	stats := CommitStats{Records: len(p.sizes), Bytes: len(p.buf)}
+	if len(p.sizes) == 0 {
+		return stats, nil
+	}
+	start := time.Now()
+	off := 0
+	for i, size := range p.sizes {
+		wb.Write(p.first+uint64(i), p.buf[off:off+size])
+		off += size
+	}
+	err := l.fault("write")
+	if err == nil {
+		err = l.wal.WriteBatch(wb)
+	}
+	wb.Clear()
+	if err != nil {
+		return stats, fmt.Errorf("write indexes %d-%d: %w", p.first, p.last, err)
+	}
+	var prefixes int
+	for _, size := range p.sizes {
+		prefixes += uvarintLen(uint64(size))
+	}
+	l.bytes.Add(int64(len(p.buf) + prefixes))
+	if p.cycled {
+		// tidwall fsyncs the segment it closes but not the directory that
+		// gained a file; and it keeps the closed segment cached in memory.
+		if err := syncDir(l.dir); err != nil {
+			return stats, fmt.Errorf("sync directory after new segment: %w", err)
+		}
+		l.wal.ClearCache()
+	}
+	l.written.Store(p.last)
+	stats.Write = time.Since(start)
+	return stats, nil
+}
+
+func (l *Log) sync() (time.Duration, error) {
+	if l.durable.Load() == l.written.Load() {
+		return 0, nil
+	}
+	start := time.Now()
+	if err := l.fault("sync"); err != nil {
+		return 0, fmt.Errorf("fsync: %w", err)
+	}
+	if err := l.wal.Sync(); err != nil {
+		return time.Since(start), fmt.Errorf("fsync: %w", err)
+	}
+	l.durable.Store(l.written.Load())
+	return time.Since(start), nil
+}
+
+func (l *Log) syncAndRelease(held *[]waiter, lastSync *time.Time) {
+	if _, err := l.sync(); err != nil {
+		l.fail(err)
+		l.release(*held, l.Err())
+	} else {
+		l.release(*held, nil)
+	}
+	*held = (*held)[:0]
+	*lastSync = time.Now()
+}
+
+func (l *Log) release(ws []waiter, err error) {
+	for _, w := range ws {
+		w.done(err)
+	}
+}
+
+// fail makes err the log's sticky error.
+func (l *Log) fail(err error) {
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = &failedError{err: err}
+	}
+	l.space.Broadcast()
+	l.mu.Unlock()
+}
+
+// ReadAt reads the record with the given index from its position (as given
+// by Append or a scan), checking its CRC and index. buf is reused when large
+// enough; the event's byte slices alias the returned buffer.
+func (l *Log) ReadAt(index uint64, pos Position, buf []byte) (Event, []byte, error) {
+	if index < l.first.Load() || index > l.written.Load() {
+		return Event{}, buf, fmt.Errorf("read index %d: not in the log (%d-%d written)", index, l.first.Load(), l.written.Load())
+	}
+	return l.segs.readAt(index, pos, buf)
+}
+
+// Scan calls fn with every written record from index from onward, in order.
+// The event (and its byte slices) is only valid during the call.
+func (l *Log) Scan(from uint64, fn func(*Event) error) error {
+	if from < l.first.Load() {
+		from = l.first.Load()
+	}
+	return l.segs.scan(from, l.written.Load(), fn)
+}
+
+// TruncateFront drops whole segments whose records all come before upTo, the
+// first index still needed. It returns the new first index. To stay cheap it
+// keeps the last record of the segment before the first needed one:
+// tidwall rewrites the segment holding the new first index, and a segment
+// reduced to one record costs one record to rewrite.
+func (l *Log) TruncateFront(upTo uint64) (uint64, error) {
+	if err := l.Err(); err != nil {
+		return l.first.Load(), err
+	}
+	segs := l.segs.list()
+	limit := min(upTo, l.written.Load())
+	k := -1
+	for i, s := range segs {
+		if s <= limit {
+			k = i
+		}
+	}
+	if k < 1 {
+		return l.first.Load(), nil
+	}
+	keep := segs[k] - 1
+	if keep <= l.first.Load() {
+		return l.first.Load(), nil
+	}
+	var removed int64
+	for _, s := range segs[:k] {
+		if fi, err := os.Stat(segmentPath(l.dir, s)); err == nil {
+			removed += fi.Size()
+		}
+	}
+	if err := l.wal.TruncateFront(keep); err != nil {
+		err = fmt.Errorf("truncate front to %d: %w", keep, err)
+		l.fail(err)
+		return l.first.Load(), err
+	}
+	l.segs.replaceFront(segs[k], keep)
+	if fi, err := os.Stat(segmentPath(l.dir, keep)); err == nil {
+		removed -= fi.Size()
+	}
+	l.bytes.Add(-removed)
+	l.first.Store(keep)
+	return keep, syncDir(l.dir)
+}
+
+// TruncateBack drops every record after index: the operator's repair for
+// corruption found by Scan. It must not run while records are appended.
+func (l *Log) TruncateBack(index uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if index >= l.next-1 {
+		return nil
+	}
+	if err := l.wal.TruncateBack(index); err != nil {
+		return fmt.Errorf("truncate back to %d: %w", index, err)
+	}
+	segs, err := listSegments(l.dir)
+	if err != nil {
+		return err
+	}
+	l.segs.reset(segs)
+	fi, err := os.Stat(segmentPath(l.dir, segs[len(segs)-1]))
+	if err != nil {
+		return err
+	}
+	l.next = index + 1
+	l.tailFirst, l.tailSize = segs[len(segs)-1], fi.Size()
+	l.cycleNext = l.tailSize > int64(l.opts.SegmentSize)
+	l.written.Store(index)
+	l.durable.Store(index)
+	return syncDir(l.dir)
+}
+
+// Close waits for queued records to be written and fsynced, then closes the
+// files. Appends after Close fail with ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.closed = true
+	l.space.Broadcast()
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	<-l.exited
+	l.segs.close()
+	err := l.wal.Close()
+	if failed := l.Err(); failed != nil {
+		return failed
+	}
+	return err
+}

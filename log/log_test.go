@@ -1,0 +1,330 @@
+package log
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+func openT(t *testing.T, dir string, opts Options) (*Log, OpenReport) {
+	t.Helper()
+	l, rep, err := Open(dir, opts)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return l, rep
+}
+
+func body(index uint64, size int) []byte {
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(index*31 + uint64(i))
+	}
+	return b
+}
+
+func enq(size int) Event {
+	return Event{Type: Enqueued, Time: 1, MessageID: "m", Message: make([]byte, size)}
+}
+
+// appendWait appends evs as one group and waits until it is durable.
+func appendWait(t *testing.T, l *Log, evs []Event) uint64 {
+	t.Helper()
+	done := make(chan error, 1)
+	first, err := l.Append(evs, func(err error) { done <- err })
+	if err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	return first
+}
+
+// fill appends n single-record groups with bodies derived from their index,
+// waits until all are durable, and returns the events (with positions) keyed
+// by index.
+func fill(t *testing.T, l *Log, n int, rng *rand.Rand) map[uint64]Event {
+	t.Helper()
+	out := make(map[uint64]Event, n)
+	for range n {
+		e := enq(0)
+		e.Message = body(l.LastIndex()+1, 1+rng.IntN(700))
+		evs := []Event{e}
+		if _, err := l.Append(evs, nil); err != nil {
+			t.Fatal(err)
+		}
+		out[evs[0].Index] = evs[0]
+	}
+	appendWait(t, l, nil)
+	return out
+}
+
+func checkAll(t *testing.T, l *Log, want map[uint64]Event) {
+	t.Helper()
+	var buf []byte
+	for idx, w := range want {
+		got, b, err := l.ReadAt(idx, w.Pos, buf)
+		buf = b
+		if err != nil {
+			t.Fatalf("ReadAt(%d, %+v): %v", idx, w.Pos, err)
+		}
+		if !bytes.Equal(got.Message, w.Message) {
+			t.Fatalf("ReadAt(%d): wrong message", idx)
+		}
+	}
+}
+
+func TestAppendReadScanAcrossSegments(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentSize: 4096}
+	l, _ := openT(t, dir, opts)
+	rng := rand.New(rand.NewPCG(1, 2))
+	want := fill(t, l, 300, rng)
+	if segs, _ := listSegments(dir); len(segs) < 10 {
+		t.Fatalf("expected many segments, got %d", len(segs))
+	}
+	checkAll(t, l, want)
+
+	// A scan reports the same positions Append computed.
+	n := 0
+	err := l.Scan(1, func(e *Event) error {
+		if e.Pos != want[e.Index].Pos {
+			return fmt.Errorf("index %d: scan position %+v, append position %+v", e.Index, e.Pos, want[e.Index].Pos)
+		}
+		n++
+		return nil
+	})
+	if err != nil || n != 300 {
+		t.Fatalf("scan: n=%d err=%v", n, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// After reopening, positions still hold and appends continue at 301,
+	// including when the reopened tail is exactly or more than full.
+	l, rep := openT(t, dir, opts)
+	if rep.LastIndex != 300 || rep.Repair.Bytes != 0 {
+		t.Fatalf("reopen report %+v", rep)
+	}
+	checkAll(t, l, want)
+	for k, v := range fill(t, l, 100, rng) {
+		want[k] = v
+	}
+	checkAll(t, l, want)
+	l.Close()
+
+	// A smaller segment size after reopening makes the tail oversize; the
+	// position mirror must follow tidwall's extra cycle.
+	l, _ = openT(t, dir, Options{SegmentSize: 512})
+	for k, v := range fill(t, l, 50, rng) {
+		want[k] = v
+	}
+	checkAll(t, l, want)
+	l.Close()
+}
+
+func TestConcurrentGroupCommit(t *testing.T) {
+	l, _ := openT(t, t.TempDir(), Options{SegmentSize: 64 << 10})
+	defer l.Close()
+	const producers, each = 16, 100
+	var commits sync.Map
+	var mu sync.Mutex
+	seen := map[uint64]bool{}
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				evs := []Event{enq(100), enq(50)}
+				done := make(chan error, 1)
+				first, err := l.Append(evs, func(err error) { done <- err })
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := <-done; err != nil {
+					t.Error(err)
+					return
+				}
+				if l.DurableIndex() < first+1 {
+					t.Errorf("acknowledged before durable: durable %d < %d", l.DurableIndex(), first+1)
+				}
+				mu.Lock()
+				for _, e := range evs {
+					if seen[e.Index] {
+						t.Errorf("index %d assigned twice", e.Index)
+					}
+					seen[e.Index] = true
+				}
+				mu.Unlock()
+				commits.Store(fmt.Sprint(p, i), true)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != producers*each*2 || l.LastIndex() != producers*each*2 {
+		t.Fatalf("%d indexes, last %d", len(seen), l.LastIndex())
+	}
+	// Groups keep their records adjacent with FlagContinued on all but the last.
+	var prev *Event
+	err := l.Scan(1, func(e *Event) error {
+		if prev != nil && prev.Flags&FlagContinued != 0 && e.Flags&FlagContinued != 0 {
+			return fmt.Errorf("group longer than two at %d", e.Index)
+		}
+		c := *e
+		prev = &c
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSyncPolicies(t *testing.T) {
+	for _, p := range []SyncPolicy{SyncAlways, SyncInterval, SyncNone} {
+		t.Run(p.String(), func(t *testing.T) {
+			var syncs int
+			var mu sync.Mutex
+			l, _ := openT(t, t.TempDir(), Options{Sync: p, SyncInterval: 20 * time.Millisecond,
+				OnCommit: func(s CommitStats) {
+					mu.Lock()
+					if s.Synced {
+						syncs++
+					}
+					mu.Unlock()
+				}})
+			for range 5 {
+				first := appendWait(t, l, []Event{enq(10)})
+				if p != SyncNone && l.DurableIndex() < first {
+					t.Fatalf("acknowledged %d before durable (durable %d)", first, l.DurableIndex())
+				}
+			}
+			l.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			switch p {
+			case SyncAlways:
+				if syncs != 5 {
+					t.Fatalf("always: %d fsyncs for 5 commits", syncs)
+				}
+			case SyncNone:
+				if syncs > 1 { // Close may sync once
+					t.Fatalf("none: %d fsyncs", syncs)
+				}
+			}
+		})
+	}
+	if _, err := ParseSyncPolicy("sometimes"); err == nil {
+		t.Fatal("bad policy accepted")
+	}
+}
+
+func TestWriteErrorIsSticky(t *testing.T) {
+	for _, stage := range []string{"write", "sync"} {
+		t.Run(stage, func(t *testing.T) {
+			dir := t.TempDir()
+			l, _ := openT(t, dir, Options{})
+			appendWait(t, l, []Event{enq(10)})
+			boom := errors.New("injected " + stage + " failure")
+			l.faultHook = func(s string) error {
+				if s == stage {
+					return boom
+				}
+				return nil
+			}
+			done := make(chan error, 1)
+			if _, err := l.Append([]Event{enq(10)}, func(err error) { done <- err }); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; !errors.Is(err, boom) || !errors.Is(err, ErrFailed) {
+				t.Fatalf("waiter got %v", err)
+			}
+			l.faultHook = nil
+			// Every later write fails with the same error, even though the
+			// fault is gone.
+			if _, err := l.Append([]Event{enq(10)}, nil); !errors.Is(err, ErrFailed) {
+				t.Fatalf("append after failure: %v", err)
+			}
+			if err := l.Close(); !errors.Is(err, ErrFailed) {
+				t.Fatalf("close after failure: %v", err)
+			}
+			// Recovery is reopen: the acknowledged record is there.
+			l, rep := openT(t, dir, Options{})
+			defer l.Close()
+			if rep.LastIndex < 1 {
+				t.Fatalf("lost the acknowledged record: %+v", rep)
+			}
+			appendWait(t, l, []Event{enq(10)})
+		})
+	}
+}
+
+func TestTruncateFront(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentSize: 2048}
+	l, _ := openT(t, dir, opts)
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := fill(t, l, 200, rng)
+	before := l.Bytes()
+	segsBefore, _ := listSegments(dir)
+
+	first, err := l.TruncateFront(150)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first >= 150 || first <= 1 {
+		t.Fatalf("new first index %d", first)
+	}
+	segsAfter, _ := listSegments(dir)
+	if len(segsAfter) >= len(segsBefore) || l.Bytes() >= before {
+		t.Fatalf("nothing reclaimed: segments %d→%d bytes %d→%d", len(segsBefore), len(segsAfter), before, l.Bytes())
+	}
+	var onDisk int64
+	for _, s := range segsAfter {
+		fi, _ := os.Stat(segmentPath(dir, s))
+		onDisk += fi.Size()
+	}
+	if onDisk != l.Bytes() {
+		t.Fatalf("Bytes() = %d, files hold %d", l.Bytes(), onDisk)
+	}
+	for idx := range want {
+		if idx <= first {
+			delete(want, idx) // first is the kept dead record, rewritten at a new position
+		}
+	}
+	checkAll(t, l, want)
+	if _, _, err := l.ReadAt(first-1, Position{}, nil); err == nil {
+		t.Fatal("read of a truncated index succeeded")
+	}
+	// Appends, scans and reopening still work.
+	for k, v := range fill(t, l, 20, rng) {
+		want[k] = v
+	}
+	l.Close()
+	l, rep := openT(t, dir, opts)
+	defer l.Close()
+	if rep.FirstIndex != first || rep.LastIndex != 220 {
+		t.Fatalf("reopened %+v, want first %d last 220", rep, first)
+	}
+	checkAll(t, l, want)
+	n := 0
+	if err := l.Scan(0, func(*Event) error { n++; return nil }); err != nil || n != int(220-first+1) {
+		t.Fatalf("scan after truncation: %d records, %v", n, err)
+	}
+}
+
+func TestAppendAfterCloseFails(t *testing.T) {
+	l, _ := openT(t, t.TempDir(), Options{})
+	l.Close()
+	if _, err := l.Append([]Event{enq(1)}, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+}

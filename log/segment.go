@@ -1,0 +1,344 @@
+package log
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+)
+
+// Segment files are tidwall/wal's binary format: each entry is a uvarint
+// length followed by that many bytes (our envelope). A file is named by the
+// 20-digit index of its first entry.
+
+const segmentNameLen = 20
+
+func segmentName(first uint64) string { return fmt.Sprintf("%020d", first) }
+
+// CorruptionError reports damage before the tail of a log: a record that
+// fails its checks and is followed by valid data, a gap between segments, or
+// an unreadable segment. A torn tail is not corruption: Open repairs it.
+type CorruptionError struct {
+	Dir     string
+	Segment uint64 // first index of the damaged segment
+	Offset  int64  // byte offset of the damage in that segment, -1 if unknown
+	Index   uint64 // index the damaged record should have had, 0 if unknown
+	Reason  string
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("log %s: segment %s offset %d (index %d): corrupt: %s",
+		e.Dir, segmentName(e.Segment), e.Offset, e.Index, e.Reason)
+}
+
+// ErrCorrupt matches every *CorruptionError with errors.Is.
+var ErrCorrupt = errors.New("log corrupt")
+
+func (e *CorruptionError) Is(target error) bool { return target == ErrCorrupt }
+
+// listSegments returns the first indexes of the segment files in dir, sorted.
+// Names that are not exactly 20 digits (tidwall's START/END/TEMP files, our
+// own files) are not segments.
+func listSegments(dir string) ([]uint64, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var segs []uint64
+	for _, ent := range ents {
+		name := ent.Name()
+		if ent.IsDir() || len(name) != segmentNameLen {
+			continue
+		}
+		first, err := strconv.ParseUint(name, 10, 64)
+		if err != nil || first == 0 {
+			continue
+		}
+		segs = append(segs, first)
+	}
+	slices.Sort(segs)
+	return segs, nil
+}
+
+// hasInterruptedTruncation reports whether tidwall left START or END files
+// behind (a truncation cut short by a crash); its Open finishes the job.
+func hasInterruptedTruncation(dir string) (bool, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false, err
+	}
+	for _, ent := range ents {
+		name := ent.Name()
+		if len(name) == segmentNameLen+6 && name[segmentNameLen:] == ".START" ||
+			len(name) == segmentNameLen+4 && name[segmentNameLen:] == ".END" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// recordInfo describes one valid record found by scanRecords.
+type recordInfo struct {
+	off   int // offset of the entry (its length prefix)
+	end   int // offset just past the entry
+	index uint64
+	flags uint8
+}
+
+// badRecord describes the first entry of a segment that failed its checks.
+type badRecord struct {
+	off    int
+	index  uint64 // the index it should have had
+	reason string
+	// followed is true when a valid record with the next index starts right
+	// after the bad entry: the damage is in the middle of written data, so it
+	// cannot be a torn write.
+	followed bool
+}
+
+// scanRecords walks the entries of one segment whose first index is first and
+// returns the valid prefix, and the first bad entry if any.
+func scanRecords(data []byte, first uint64) ([]recordInfo, *badRecord) {
+	var recs []recordInfo
+	off := 0
+	want := first
+	for off < len(data) {
+		body, n, reason := entryAt(data, off)
+		if reason == "" {
+			e, err := DecodeRecord(body)
+			switch {
+			case err != nil:
+				reason = err.Error()
+			case e.Index != want:
+				reason = fmt.Sprintf("record holds index %d", e.Index)
+			default:
+				recs = append(recs, recordInfo{off: off, end: off + n, index: want, flags: e.Flags})
+				off += n
+				want++
+				continue
+			}
+		}
+		bad := &badRecord{off: off, index: want, reason: reason}
+		if n > 0 && off+n < len(data) {
+			if next, _, r := entryAt(data, off+n); r == "" {
+				if e, err := DecodeRecord(next); err == nil && e.Index == want+1 {
+					bad.followed = true
+				}
+			}
+		}
+		return recs, bad
+	}
+	return recs, nil
+}
+
+// entryAt frames the entry at off: it returns the envelope bytes and the
+// entry's total length. A non-empty reason means the framing itself is bad;
+// n is then the entry length if it could be determined, else 0.
+func entryAt(data []byte, off int) (body []byte, n int, reason string) {
+	size, k := binary.Uvarint(data[off:])
+	if k <= 0 {
+		return nil, 0, "unreadable length prefix"
+	}
+	if size < MinRecordSize {
+		return nil, 0, fmt.Sprintf("entry of %d bytes is shorter than an envelope", size)
+	}
+	if size > uint64(len(data)-off-k) {
+		return nil, 0, fmt.Sprintf("entry of %d bytes runs past the end of the segment", size)
+	}
+	return data[off+k : off+k+int(size)], k + int(size), ""
+}
+
+// segmentSet is the list of segment files of one log and a cache of read-only
+// handles for positional reads. Records are read with pread on our own
+// handles, never through tidwall's Read, whose reads of old segments load the
+// whole file and race with writers.
+type segmentSet struct {
+	dir string
+
+	mu    sync.RWMutex
+	segs  []uint64 // first index of each segment, ascending
+	files map[uint64]*os.File
+}
+
+func newSegmentSet(dir string, segs []uint64) *segmentSet {
+	return &segmentSet{dir: dir, segs: segs, files: make(map[uint64]*os.File)}
+}
+
+func (s *segmentSet) path(first uint64) string { return segmentPath(s.dir, first) }
+
+// find returns the first index of the segment holding index, or false.
+func (s *segmentSet) find(index uint64) (uint64, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return findSegment(s.segs, index)
+}
+
+func findSegment(segs []uint64, index uint64) (uint64, bool) {
+	i, found := slices.BinarySearch(segs, index)
+	if found {
+		return segs[i], true
+	}
+	if i == 0 {
+		return 0, false
+	}
+	return segs[i-1], true
+}
+
+func (s *segmentSet) list() []uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.segs)
+}
+
+func (s *segmentSet) add(first uint64) {
+	s.mu.Lock()
+	s.segs = append(s.segs, first)
+	s.mu.Unlock()
+}
+
+// replaceFront drops every segment before keep and records that the segment
+// starting at newFirst now begins the log (tidwall rewrote it).
+func (s *segmentSet) replaceFront(dropBefore, newFirst uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, _ := slices.BinarySearch(s.segs, dropBefore)
+	for _, first := range s.segs[:i] {
+		if f := s.files[first]; f != nil {
+			f.Close()
+			delete(s.files, first)
+		}
+	}
+	s.segs = append([]uint64{newFirst}, s.segs[i:]...)
+}
+
+func (s *segmentSet) file(first uint64) (*os.File, error) {
+	s.mu.RLock()
+	f := s.files[first]
+	s.mu.RUnlock()
+	if f != nil {
+		return f, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := s.files[first]; f != nil {
+		return f, nil
+	}
+	f, err := os.Open(s.path(first))
+	if err != nil {
+		return nil, err
+	}
+	s.files[first] = f
+	return f, nil
+}
+
+// readAt reads and checks the record with the given index at pos. buf is
+// reused when large enough; the event's byte slices alias the returned buffer.
+func (s *segmentSet) readAt(index uint64, pos Position, buf []byte) (Event, []byte, error) {
+	first, ok := s.find(index)
+	if !ok {
+		return Event{}, buf, fmt.Errorf("read index %d: before the first segment", index)
+	}
+	f, err := s.file(first)
+	if err != nil {
+		return Event{}, buf, fmt.Errorf("read index %d: %w", index, err)
+	}
+	if cap(buf) < int(pos.Size) {
+		buf = make([]byte, pos.Size)
+	}
+	buf = buf[:pos.Size]
+	if _, err := f.ReadAt(buf, int64(pos.Offset)); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return Event{}, buf, fmt.Errorf("read index %d at %s+%d: %w", index, segmentName(first), pos.Offset, err)
+	}
+	e, err := DecodeRecord(buf)
+	if err == nil && e.Index != index {
+		err = fmt.Errorf("record holds index %d", e.Index)
+	}
+	if err != nil {
+		return Event{}, buf, &CorruptionError{Dir: s.dir, Segment: first, Offset: int64(pos.Offset), Index: index, Reason: err.Error()}
+	}
+	e.Pos = pos
+	return e, buf, nil
+}
+
+// scan calls fn for every record with from <= index <= to, in order, reading
+// whole segments. It checks every envelope and that indexes are contiguous
+// across segments.
+func (s *segmentSet) scan(from, to uint64, fn func(*Event) error) error {
+	segs := s.list()
+	if len(segs) == 0 || from > to {
+		return nil
+	}
+	start := 0
+	if first, ok := findSegment(segs, from); ok {
+		start = slices.Index(segs, first)
+	}
+	want := segs[start]
+	for i := start; i < len(segs) && want <= to; i++ {
+		if segs[i] != want {
+			return &CorruptionError{Dir: s.dir, Segment: segs[i], Offset: -1, Index: want,
+				Reason: fmt.Sprintf("segment starts at index %d; the previous one ended at %d", segs[i], want-1)}
+		}
+		data, err := os.ReadFile(s.path(segs[i]))
+		if err != nil {
+			return fmt.Errorf("read segment %s: %w", segmentName(segs[i]), err)
+		}
+		off := 0
+		for off < len(data) && want <= to {
+			body, n, reason := entryAt(data, off)
+			var e Event
+			if reason == "" {
+				e, err = DecodeRecord(body)
+				if err != nil {
+					reason = err.Error()
+				} else if e.Index != want {
+					reason = fmt.Sprintf("record holds index %d", e.Index)
+				}
+			}
+			if reason != "" {
+				return &CorruptionError{Dir: s.dir, Segment: segs[i], Offset: int64(off), Index: want, Reason: reason}
+			}
+			if want >= from {
+				e.Pos = Position{Offset: uint32(off + n - len(body)), Size: uint32(len(body))}
+				if err := fn(&e); err != nil {
+					return err
+				}
+			}
+			off += n
+			want++
+		}
+	}
+	return nil
+}
+
+// reset replaces the segment list after the log was cut back.
+func (s *segmentSet) reset(segs []uint64) {
+	s.close()
+	s.mu.Lock()
+	s.segs = segs
+	s.mu.Unlock()
+}
+
+func (s *segmentSet) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for first, f := range s.files {
+		f.Close()
+		delete(s.files, first)
+	}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,263 @@
+package projection
+
+import (
+	"fmt"
+
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
+
+	"github.com/walbus/walbus/index"
+	"github.com/walbus/walbus/log"
+)
+
+// Apply changes the state by one event, which must come right after the
+// last applied one (its Index and Pos set by the log). It returns an error for
+// an event that does not fit the state (a damaged or foreign log); the state
+// is then unchanged apart from the event being counted as applied.
+func (e *Entity) Apply(ev *log.Event) error {
+	if ev.Index <= e.last {
+		return fmt.Errorf("event %d (%s) applied after %d", ev.Index, ev.Type, e.last)
+	}
+	e.last, e.lastTime = ev.Index, ev.Time
+	if ev.Type == log.EntityCreated || ev.Type == log.EntityUpdated {
+		return e.applyConfig(ev)
+	}
+	q := e.Queue(ev.Queue)
+	if q == nil {
+		return fmt.Errorf("event %d (%s): no queue %d", ev.Index, ev.Type, ev.Queue)
+	}
+	err := e.applyQueue(q, ev)
+	q.dropStaleTimers()
+	return err
+}
+
+func (e *Entity) applyConfig(ev *log.Event) error {
+	cfg, err := DecodeConfig(ev.Props)
+	if err != nil {
+		return fmt.Errorf("event %d: %w", ev.Index, err)
+	}
+	if !e.created && cfg.RequiresSession {
+		e.queues[log.MainQueue].sessions = index.NewSessions()
+	}
+	e.name, e.cfg, e.created = ev.Name, cfg, true
+	return nil
+}
+
+func (e *Entity) applyQueue(q *Queue, ev *log.Event) error {
+	switch ev.Type {
+	case log.Enqueued:
+		e.enqueue(q, ev.Index, ev.Pos, ev.SessionID, ev.Until)
+		e.remember(ev.MessageID, ev.Time)
+		return nil
+	case log.Scheduled:
+		q.add(ev.Index, index.Meta{Pos: ev.Pos, State: index.Scheduled}, ev.SessionID)
+		q.scheduleTimers.Push(ev.Until, ev.Index)
+		e.remember(ev.MessageID, ev.Time)
+		return nil
+	case log.SessionLocked, log.SessionLockRenewed, log.SessionUnlocked, log.SessionStateSet:
+		return q.applySession(ev)
+	}
+
+	m, ok := q.msgs.Get(ev.Seq)
+	if !ok {
+		return fmt.Errorf("event %d (%s): no message %d in queue %d", ev.Index, ev.Type, ev.Seq, q.No)
+	}
+	switch ev.Type {
+	case log.ScheduleCancelled:
+		q.remove(ev.Seq, m)
+	case log.Activated:
+		q.remove(ev.Seq, m)
+		e.enqueue(q, ev.Index, ev.Pos, ev.SessionID, ev.Until)
+	case log.Locked:
+		q.setState(ev.Seq, &m, index.Locked)
+		q.locks.Put(ev.Seq, index.Lock{Token: ev.Token, Until: ev.Until, Receiver: ev.Receiver})
+		q.lockTimers.Push(ev.Until, ev.Seq)
+		q.msgs.Put(ev.Seq, m)
+	case log.LockRenewed:
+		lk, ok := q.locks.Get(ev.Seq)
+		if !ok {
+			return fmt.Errorf("event %d: renewal of unlocked message %d", ev.Index, ev.Seq)
+		}
+		lk.Until = ev.Until
+		q.locks.Put(ev.Seq, lk)
+		q.lockTimers.Push(ev.Until, ev.Seq)
+	case log.LockExpired, log.Abandoned:
+		m.AddDelivery()
+		q.unlock(ev.Seq, &m, ev)
+	case log.Released:
+		q.unlock(ev.Seq, &m, ev)
+	case log.Deferred:
+		m.Flags |= index.FlagDeferred
+		q.unlock(ev.Seq, &m, ev)
+	case log.Completed, log.Expired, log.ReceivedAndDeleted:
+		q.remove(ev.Seq, m)
+	case log.DeadLettered:
+		e.deadLetter(q, ev, m)
+	default:
+		return fmt.Errorf("event %d: type %s does not belong in an entity log", ev.Index, ev.Type)
+	}
+	return nil
+}
+
+// enqueue adds an available message, with its expiry timer.
+func (e *Entity) enqueue(q *Queue, seq uint64, pos log.Position, session string, expires int64) {
+	q.add(seq, index.Meta{Pos: pos, State: index.Available}, session)
+	if expires > 0 {
+		q.ttlTimers.Push(expires, seq)
+	}
+}
+
+// remember adds an accepted MessageId to the duplicate-detection window and
+// forgets the ones that fell out of it.
+func (e *Entity) remember(id string, at int64) {
+	if !e.cfg.RequiresDuplicateDetection {
+		return
+	}
+	e.dedup.Expire(at - int64(e.cfg.DuplicateWindow))
+	if id != "" {
+		e.dedup.Add(id, at)
+	}
+}
+
+// deadLetter moves a message to its queue's dead-letter subqueue, keeping its
+// SequenceNumber and delivery count; the event itself carries the reason.
+func (e *Entity) deadLetter(q *Queue, ev *log.Event, m index.Meta) {
+	overlays := q.overlays[ev.Seq]
+	q.remove(ev.Seq, m)
+	dlq := e.queues[deadLetterQueueOf(q.No)]
+	dlq.add(ev.Seq, index.Meta{Pos: m.Pos, Deliveries: m.Deliveries, State: index.Available}, "")
+	dlq.overlays[ev.Seq] = append(overlays, Ref{Index: ev.Index, Pos: ev.Pos})
+}
+
+// add inserts a message in the given state.
+func (q *Queue) add(seq uint64, m index.Meta, session string) {
+	if q.sessions != nil && session != "" {
+		s := q.sessions.Ensure(session)
+		s.Messages++
+		m.Session = s.No
+	}
+	q.all.Add(seq)
+	q.set(m.State).Add(seq)
+	q.msgs.Put(seq, m)
+	if m.State == index.Available && m.Session != 0 {
+		s := q.sessions.ByNo(m.Session)
+		s.Available.Add(seq)
+		q.sessions.Refresh(s)
+	}
+}
+
+// remove deletes a message whatever its state.
+func (q *Queue) remove(seq uint64, m index.Meta) {
+	q.set(m.State).Remove(seq)
+	q.all.Remove(seq)
+	q.msgs.Delete(seq)
+	q.locks.Delete(seq)
+	delete(q.overlays, seq)
+	if m.Session != 0 {
+		s := q.sessions.ByNo(m.Session)
+		s.Available.Remove(seq)
+		s.Locked.Remove(seq)
+		s.Messages--
+		q.sessions.Refresh(s)
+		q.sessions.Collect(s)
+	}
+}
+
+// setState moves a message between the state sets.
+func (q *Queue) setState(seq uint64, m *index.Meta, to index.State) {
+	q.set(m.State).Remove(seq)
+	q.set(to).Add(seq)
+	if m.Session != 0 {
+		s := q.sessions.ByNo(m.Session)
+		s.Available.Remove(seq)
+		s.Locked.Remove(seq)
+		switch to {
+		case index.Available:
+			s.Available.Add(seq)
+		case index.Locked:
+			s.Locked.Add(seq)
+		}
+		q.sessions.Refresh(s)
+	}
+	m.State = to
+}
+
+// unlock ends a message's lock: it becomes available again, or deferred again
+// if it was deferred; an event with properties records them as an overlay.
+func (q *Queue) unlock(seq uint64, m *index.Meta, ev *log.Event) {
+	q.locks.Delete(seq)
+	to := index.Available
+	if m.Flags&index.FlagDeferred != 0 {
+		to = index.Deferred
+	}
+	q.setState(seq, m, to)
+	q.msgs.Put(seq, *m)
+	if len(ev.Props) > 0 {
+		q.overlays[seq] = append(q.overlays[seq], Ref{Index: ev.Index, Pos: ev.Pos})
+	}
+}
+
+func (q *Queue) set(s index.State) *roaring64.Bitmap {
+	switch s {
+	case index.Available:
+		return q.available
+	case index.Locked:
+		return q.locked
+	case index.Deferred:
+		return q.deferred
+	case index.Scheduled:
+		return q.scheduled
+	}
+	panic(fmt.Sprintf("projection: message state %d", s))
+}
+
+func (q *Queue) applySession(ev *log.Event) error {
+	if q.sessions == nil {
+		return fmt.Errorf("event %d (%s): queue %d has no sessions", ev.Index, ev.Type, q.No)
+	}
+	s := q.sessions.Ensure(ev.SessionID)
+	switch ev.Type {
+	case log.SessionLocked:
+		s.Owner, s.LockedUntil = ev.Receiver, ev.Until
+		q.sessionTimers.Push(ev.Until, uint64(s.No))
+	case log.SessionLockRenewed:
+		s.LockedUntil = ev.Until
+		q.sessionTimers.Push(ev.Until, uint64(s.No))
+		// The session's messages are locked as long as the session is.
+		it := s.Locked.Iterator()
+		for it.HasNext() {
+			seq := it.Next()
+			if lk, ok := q.locks.Get(seq); ok {
+				lk.Until = ev.Until
+				q.locks.Put(seq, lk)
+				q.lockTimers.Push(ev.Until, seq)
+			}
+		}
+	case log.SessionUnlocked:
+		s.Owner, s.LockedUntil = "", 0
+	case log.SessionStateSet:
+		s.State, s.StateTime = nil, ev.Time
+		if len(ev.State) > 0 {
+			s.State = append([]byte(nil), ev.State...)
+		}
+	}
+	q.sessions.Refresh(s)
+	q.sessions.Collect(s)
+	return nil
+}
+
+// dropStaleTimers pops stale entries off the top of every timer heap, so
+// Decide's walks over due entries only meet live ones, and rebuilds a heap
+// whose garbage has grown past its live entries.
+func (q *Queue) dropStaleTimers() {
+	q.lockTimers.DropStale(q.lockLive)
+	q.ttlTimers.DropStale(q.ttlLive)
+	q.scheduleTimers.DropStale(q.scheduleLive)
+	n := q.msgs.Len()
+	q.lockTimers.Compact(q.lockLive, q.locks.Len())
+	q.ttlTimers.Compact(q.ttlLive, n)
+	q.scheduleTimers.Compact(q.scheduleLive, n)
+	if q.sessions != nil {
+		q.sessionTimers.DropStale(q.sessionLive)
+		q.sessionTimers.Compact(q.sessionLive, q.sessions.Len())
+	}
+}

@@ -1,0 +1,82 @@
+// Package projection is walbus's pure state machine per entity: Decide turns
+// a command, the current state and the time into events (or a precise
+// error); Apply changes the state by one event. Neither reads the clock, the
+// disk or the network, so replaying a log always rebuilds the same state.
+package projection
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Config is the behaviour of a queue (or, later, a subscription). It is
+// recorded in the entity's own log (EntityCreated, EntityUpdated), so a
+// replay of that log alone decides the same way.
+type Config struct {
+	LockDuration               time.Duration `json:"lockDuration"`
+	MaxDeliveryCount           int           `json:"maxDeliveryCount"`
+	DefaultTTL                 time.Duration `json:"defaultMessageTimeToLive"` // 0: messages do not expire unless they say so
+	DeadLetterOnExpiry         bool          `json:"deadLetteringOnMessageExpiration"`
+	RequiresSession            bool          `json:"requiresSession"`
+	RequiresDuplicateDetection bool          `json:"requiresDuplicateDetection"`
+	DuplicateWindow            time.Duration `json:"duplicateDetectionHistoryTimeWindow"`
+	MaxMessageSize             int           `json:"maxMessageSizeBytes"`
+}
+
+// Service Bus defaults and limits.
+const (
+	DefaultLockDuration     = time.Minute
+	MaxLockDuration         = 5 * time.Minute
+	DefaultMaxDeliveryCount = 10
+	DefaultDuplicateWindow  = 10 * time.Minute
+	MinDuplicateWindow      = 20 * time.Second
+	MaxDuplicateWindow      = 7 * 24 * time.Hour
+	DefaultMaxMessageSize   = 1 << 20
+	MaxMessageSizeLimit     = 100 << 20
+)
+
+// DefaultConfig is a queue with every setting at its Service Bus default.
+func DefaultConfig() Config {
+	return Config{
+		LockDuration:     DefaultLockDuration,
+		MaxDeliveryCount: DefaultMaxDeliveryCount,
+		DuplicateWindow:  DefaultDuplicateWindow,
+		MaxMessageSize:   DefaultMaxMessageSize,
+	}
+}
+
+// Validate checks the settings against Service Bus's limits.
+func (c Config) Validate() error {
+	switch {
+	case c.LockDuration <= 0 || c.LockDuration > MaxLockDuration:
+		return fmt.Errorf("lock duration %v out of range (0, %v]", c.LockDuration, MaxLockDuration)
+	case c.MaxDeliveryCount < 1:
+		return fmt.Errorf("max delivery count %d must be at least 1", c.MaxDeliveryCount)
+	case c.DefaultTTL < 0:
+		return fmt.Errorf("negative default time to live %v", c.DefaultTTL)
+	case c.RequiresDuplicateDetection && (c.DuplicateWindow < MinDuplicateWindow || c.DuplicateWindow > MaxDuplicateWindow):
+		return fmt.Errorf("duplicate detection window %v out of range [%v, %v]", c.DuplicateWindow, MinDuplicateWindow, MaxDuplicateWindow)
+	case c.MaxMessageSize < 1 || c.MaxMessageSize > MaxMessageSizeLimit:
+		return fmt.Errorf("max message size %d out of range [1, %d]", c.MaxMessageSize, MaxMessageSizeLimit)
+	}
+	return nil
+}
+
+// Encode is the config as stored in EntityCreated and EntityUpdated events.
+func (c Config) Encode() []byte {
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err) // plain fields only: cannot fail
+	}
+	return b
+}
+
+// DecodeConfig reads a config stored by Encode.
+func DecodeConfig(b []byte) (Config, error) {
+	var c Config
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("decode entity config: %w", err)
+	}
+	return c, c.Validate()
+}

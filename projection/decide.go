@@ -1,0 +1,691 @@
+package projection
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/walbus/walbus/index"
+	"github.com/walbus/walbus/log"
+)
+
+// Command is an input to Decide.
+type Command interface{ isCommand() }
+
+// Configure creates the entity (first event of its log) or changes its config.
+type Configure struct {
+	Name   string
+	Config Config
+}
+
+// Send accepts messages atomically: all of them, or none with an error.
+// A message with ScheduledAt in the future is scheduled instead.
+type Send struct {
+	Queue    uint32
+	Messages []Message
+}
+
+// Message is one message to send, with the fields the broker acts on
+// extracted from its encoding.
+type Message struct {
+	Body        []byte // the bare AMQP message as received
+	MessageID   string
+	SessionID   string
+	TTL         time.Duration // 0: the entity default, if any
+	ScheduledAt int64         // unix ns; 0 or past: enqueue now
+}
+
+// Cancel withdraws scheduled messages. Numbers that are not (or no longer)
+// scheduled are ignored: a cancel that loses the race with activation leaves
+// the message active.
+type Cancel struct {
+	Queue uint32
+	Seqs  []uint64
+}
+
+// Activate makes due scheduled message Seq live. Record is its Scheduled
+// event as read from the log by the shell (Decide cannot read the log).
+type Activate struct {
+	Queue  uint32
+	Seq    uint64
+	Record log.Event
+}
+
+// Lock takes up to Max available messages for a peek-lock receiver, oldest
+// first. A session receiver names the session it holds. Messages with a
+// SequenceNumber above Limit (not yet durable) are not handed out.
+type Lock struct {
+	Queue    uint32
+	Receiver string
+	Session  string
+	Max      int
+	Limit    uint64
+	Nonce    uint64 // randomness for lock tokens, from the shell
+}
+
+// ReceiveAndDelete takes up to Max available messages and removes them.
+type ReceiveAndDelete struct {
+	Queue    uint32
+	Receiver string
+	Session  string
+	Max      int
+	Limit    uint64
+}
+
+// LockBySeq receives deferred messages by SequenceNumber, locking them
+// (PeekLock) or removing them. All must exist and be deferred.
+type LockBySeq struct {
+	Queue    uint32
+	Receiver string
+	Session  string
+	Seqs     []uint64
+	PeekLock bool
+	Nonce    uint64
+}
+
+// Outcome is how a receiver settles a locked message.
+type Outcome uint8
+
+const (
+	Complete Outcome = iota + 1
+	Abandon
+	Release
+	Defer
+	DeadLetter
+)
+
+func (o Outcome) String() string {
+	return [...]string{"invalid", "complete", "abandon", "release", "defer", "dead-letter"}[min(int(o), 5)]
+}
+
+// Settle ends a lock with an outcome. Props (an encoded AMQP map) modifies
+// the message's application properties for abandon, defer and dead-letter.
+type Settle struct {
+	Queue       uint32
+	Token       log.LockToken
+	Outcome     Outcome
+	Props       []byte
+	Reason      string
+	Description string
+}
+
+// Renew extends a message lock by the lock duration from now.
+type Renew struct {
+	Queue uint32
+	Token log.LockToken
+}
+
+// Tick acts on every timer due at now: lock expiry, message expiry and
+// session lock expiry. (Activation needs the log: see DueScheduled.)
+type Tick struct{}
+
+// AcceptSession locks session SessionID, or with an empty SessionID the free
+// session whose oldest message has waited longest.
+type AcceptSession struct {
+	Queue     uint32
+	SessionID string
+	Receiver  string
+}
+
+// RenewSession extends the receiver's session lock.
+type RenewSession struct {
+	Queue     uint32
+	SessionID string
+	Receiver  string
+}
+
+// ReleaseSession lets a session go (its receiver closed): messages it still
+// holds locked are released without counting a delivery.
+type ReleaseSession struct {
+	Queue     uint32
+	SessionID string
+	Receiver  string
+}
+
+// SetSessionState replaces a held session's state; nil or empty clears it.
+type SetSessionState struct {
+	Queue     uint32
+	SessionID string
+	Receiver  string
+	State     []byte
+}
+
+func (Configure) isCommand()        {}
+func (Send) isCommand()             {}
+func (Cancel) isCommand()           {}
+func (Activate) isCommand()         {}
+func (Lock) isCommand()             {}
+func (ReceiveAndDelete) isCommand() {}
+func (LockBySeq) isCommand()        {}
+func (Settle) isCommand()           {}
+func (Renew) isCommand()            {}
+func (Tick) isCommand()             {}
+func (AcceptSession) isCommand()    {}
+func (RenewSession) isCommand()     {}
+func (ReleaseSession) isCommand()   {}
+func (SetSessionState) isCommand()  {}
+
+// Dead-letter reasons the broker itself uses (Service Bus's wording).
+const (
+	ReasonMaxDeliveryCount = "MaxDeliveryCountExceeded"
+	ReasonTTLExpired       = "TTLExpiredException"
+)
+
+// Decide returns the events cmd produces at time now (unix ns), or an error
+// if it cannot be done. It never changes e; the caller appends the events to
+// the log and applies them.
+func (e *Entity) Decide(cmd Command, now int64) ([]log.Event, error) {
+	d := decision{e: e, now: now}
+	var err error
+	switch c := cmd.(type) {
+	case Configure:
+		err = d.configure(c)
+	case Send:
+		err = d.send(c)
+	case Cancel:
+		err = d.cancel(c)
+	case Activate:
+		err = d.activate(c)
+	case Lock:
+		err = d.take(c.Queue, c.Receiver, c.Session, c.Max, c.Limit, true, c.Nonce)
+	case ReceiveAndDelete:
+		err = d.take(c.Queue, c.Receiver, c.Session, c.Max, c.Limit, false, 0)
+	case LockBySeq:
+		err = d.lockBySeq(c)
+	case Settle:
+		err = d.settle(c)
+	case Renew:
+		err = d.renew(c)
+	case Tick:
+		d.tick()
+	case AcceptSession:
+		err = d.acceptSession(c)
+	case RenewSession:
+		err = d.renewSession(c)
+	case ReleaseSession:
+		err = d.releaseSession(c)
+	case SetSessionState:
+		err = d.setSessionState(c)
+	default:
+		err = fmt.Errorf("%w: unknown command %T", ErrInvalid, cmd)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return d.out, nil
+}
+
+// decision accumulates the events of one Decide call.
+type decision struct {
+	e   *Entity
+	now int64
+	out []log.Event
+}
+
+func (d *decision) emit(ev log.Event) {
+	ev.Time = d.now
+	d.out = append(d.out, ev)
+}
+
+func (d *decision) queue(no uint32) (*Queue, error) {
+	q := d.e.Queue(no)
+	if q == nil {
+		return nil, fmt.Errorf("%w: no queue %d", ErrInvalid, no)
+	}
+	return q, nil
+}
+
+func (d *decision) configure(c Configure) error {
+	if err := c.Config.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	typ := log.EntityUpdated
+	if !d.e.created {
+		typ = log.EntityCreated
+	} else if c.Config.RequiresSession != d.e.cfg.RequiresSession {
+		// Service Bus does not allow this change either: messages would
+		// lose or lack their grouping.
+		return fmt.Errorf("%w: RequiresSession cannot change after creation", ErrNotAllowed)
+	}
+	d.emit(log.Event{Type: typ, Name: c.Name, Props: c.Config.Encode()})
+	return nil
+}
+
+// expiry is the unix-ns time a message sent at now with ttl expires, with the
+// entity default as both default and ceiling; 0 means never.
+func (d *decision) expiry(ttl time.Duration) int64 {
+	if def := d.e.cfg.DefaultTTL; def > 0 && (ttl <= 0 || ttl > def) {
+		ttl = def
+	}
+	if ttl <= 0 {
+		return 0
+	}
+	if d.now > math.MaxInt64-int64(ttl) {
+		return math.MaxInt64
+	}
+	return d.now + int64(ttl)
+}
+
+func (d *decision) send(c Send) error {
+	q, err := d.queue(c.Queue)
+	if err != nil {
+		return err
+	}
+	if isDeadLetterQueue(c.Queue) {
+		return fmt.Errorf("%w: messages cannot be sent to a dead-letter queue", ErrNotAllowed)
+	}
+	cfg := d.e.cfg
+	var batchIDs map[string]bool
+	for _, m := range c.Messages {
+		if len(m.Body) > cfg.MaxMessageSize {
+			return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(m.Body), cfg.MaxMessageSize)
+		}
+		if q.sessions != nil && m.SessionID == "" {
+			return ErrSessionIDRequired
+		}
+		if cfg.RequiresDuplicateDetection && m.MessageID != "" {
+			if d.e.dedup.Seen(m.MessageID, d.now-int64(cfg.DuplicateWindow)) || batchIDs[m.MessageID] {
+				continue // accepted and dropped
+			}
+			if batchIDs == nil {
+				batchIDs = make(map[string]bool)
+			}
+			batchIDs[m.MessageID] = true
+		}
+		if m.ScheduledAt > d.now {
+			d.emit(log.Event{Type: log.Scheduled, Queue: c.Queue, Until: m.ScheduledAt, TTL: int64(m.TTL),
+				MessageID: m.MessageID, SessionID: m.SessionID, Message: m.Body})
+			continue
+		}
+		d.emit(log.Event{Type: log.Enqueued, Queue: c.Queue, Until: d.expiry(m.TTL),
+			MessageID: m.MessageID, SessionID: m.SessionID, Message: m.Body})
+	}
+	return nil
+}
+
+func (d *decision) cancel(c Cancel) error {
+	q, err := d.queue(c.Queue)
+	if err != nil {
+		return err
+	}
+	seqs := slices.Clone(c.Seqs)
+	slices.Sort(seqs)
+	for _, seq := range slices.Compact(seqs) {
+		if m, ok := q.msgs.Get(seq); ok && m.State == index.Scheduled {
+			d.emit(log.Event{Type: log.ScheduleCancelled, Queue: c.Queue, Seq: seq})
+		}
+	}
+	return nil
+}
+
+func (d *decision) activate(c Activate) error {
+	q, err := d.queue(c.Queue)
+	if err != nil {
+		return err
+	}
+	m, ok := q.msgs.Get(c.Seq)
+	if !ok || m.State != index.Scheduled {
+		return nil // cancelled meanwhile
+	}
+	r := c.Record
+	if r.Type != log.Scheduled || r.Index != c.Seq {
+		return fmt.Errorf("%w: activation of %d given record %s %d", ErrInvalid, c.Seq, r.Type, r.Index)
+	}
+	d.emit(log.Event{Type: log.Activated, Queue: c.Queue, Seq: c.Seq, Until: d.expiry(time.Duration(r.TTL)),
+		MessageID: r.MessageID, SessionID: r.SessionID, Message: r.Message})
+	return nil
+}
+
+// take hands out up to max available messages, oldest first, locking them or
+// removing them. Messages whose time to live ran out are expired on the way.
+func (d *decision) take(no uint32, receiver, session string, max int, limit uint64, peekLock bool, nonce uint64) error {
+	q, err := d.queue(no)
+	if err != nil {
+		return err
+	}
+	if max <= 0 {
+		return nil
+	}
+	candidates := q.available
+	until := d.now + int64(d.e.cfg.LockDuration)
+	if q.sessions != nil {
+		s := q.sessions.Get(session)
+		if session == "" || s == nil || s.Owner != receiver || s.LockedUntil <= d.now {
+			return ErrSessionLockLost
+		}
+		candidates, until = s.Available, s.LockedUntil
+	} else if session != "" {
+		return fmt.Errorf("%w: the entity does not use sessions", ErrNotAllowed)
+	}
+	expired := d.expireDue(q)
+	it := candidates.Iterator()
+	for taken := 0; taken < max && it.HasNext(); {
+		seq := it.Next()
+		if seq > limit {
+			break
+		}
+		if expired[seq] {
+			continue
+		}
+		if peekLock {
+			d.emit(log.Event{Type: log.Locked, Queue: no, Seq: seq, Token: index.MakeToken(seq, mix(nonce, seq)),
+				Until: until, Receiver: receiver})
+		} else {
+			d.emit(log.Event{Type: log.ReceivedAndDeleted, Queue: no, Seq: seq, Receiver: receiver})
+		}
+		taken++
+	}
+	return nil
+}
+
+// expireDue emits the expiry of every available message of q whose time to
+// live has run out, and returns their numbers.
+func (d *decision) expireDue(q *Queue) map[uint64]bool {
+	var due []uint64
+	q.ttlTimers.Due(d.now, func(t index.Timer) {
+		if q.ttlActionable(t) {
+			due = append(due, t.Key)
+		}
+	})
+	if len(due) == 0 {
+		return nil
+	}
+	slices.Sort(due)
+	due = slices.Compact(due)
+	expired := make(map[uint64]bool, len(due))
+	for _, seq := range due {
+		d.expire(q, seq)
+		expired[seq] = true
+	}
+	return expired
+}
+
+func (d *decision) expire(q *Queue, seq uint64) {
+	if d.e.cfg.DeadLetterOnExpiry {
+		d.emit(log.Event{Type: log.DeadLettered, Queue: q.No, Seq: seq, Reason: ReasonTTLExpired,
+			Description: "The message expired and was dead lettered."})
+		return
+	}
+	d.emit(log.Event{Type: log.Expired, Queue: q.No, Seq: seq})
+}
+
+func (d *decision) lockBySeq(c LockBySeq) error {
+	q, err := d.queue(c.Queue)
+	if err != nil {
+		return err
+	}
+	var s *index.Session
+	if c.Session != "" && q.sessions != nil {
+		if s = q.sessions.Get(c.Session); s == nil || s.Owner != c.Receiver || s.LockedUntil <= d.now {
+			return ErrSessionLockLost
+		}
+	}
+	until := d.now + int64(d.e.cfg.LockDuration)
+	if s != nil {
+		until = s.LockedUntil
+	}
+	seen := map[uint64]bool{}
+	for _, seq := range c.Seqs {
+		m, ok := q.msgs.Get(seq)
+		if !ok || m.State != index.Deferred || s != nil && m.Session != s.No {
+			return fmt.Errorf("%w: no deferred message with SequenceNumber %d", ErrMessageNotFound, seq)
+		}
+		if seen[seq] {
+			continue
+		}
+		seen[seq] = true
+		if c.PeekLock {
+			d.emit(log.Event{Type: log.Locked, Queue: c.Queue, Seq: seq, Token: index.MakeToken(seq, mix(c.Nonce, seq)),
+				Until: until, Receiver: c.Receiver})
+		} else {
+			d.emit(log.Event{Type: log.ReceivedAndDeleted, Queue: c.Queue, Seq: seq, Receiver: c.Receiver})
+		}
+	}
+	return nil
+}
+
+// heldLock returns the message a token locks, if the lock is still held.
+func (d *decision) heldLock(q *Queue, token log.LockToken) (uint64, index.Meta, error) {
+	seq := index.TokenSeq(token)
+	lk, ok := q.locks.Get(seq)
+	if !ok || lk.Token != token || lk.Until <= d.now {
+		return 0, index.Meta{}, ErrLockLost
+	}
+	m, _ := q.msgs.Get(seq)
+	if m.Session != 0 {
+		if s := q.sessions.ByNo(m.Session); s == nil || s.Owner == "" || s.LockedUntil <= d.now {
+			return 0, index.Meta{}, ErrSessionLockLost
+		}
+	}
+	return seq, m, nil
+}
+
+func (d *decision) settle(c Settle) error {
+	q, err := d.queue(c.Queue)
+	if err != nil {
+		return err
+	}
+	seq, m, err := d.heldLock(q, c.Token)
+	if err != nil {
+		return err
+	}
+	switch c.Outcome {
+	case Complete:
+		d.emit(log.Event{Type: log.Completed, Queue: c.Queue, Seq: seq})
+	case Abandon:
+		d.emit(log.Event{Type: log.Abandoned, Queue: c.Queue, Seq: seq, Props: c.Props})
+		d.afterFailedDelivery(q, seq, m)
+	case Release:
+		d.emit(log.Event{Type: log.Released, Queue: c.Queue, Seq: seq})
+	case Defer:
+		d.emit(log.Event{Type: log.Deferred, Queue: c.Queue, Seq: seq, Props: c.Props})
+	case DeadLetter:
+		if isDeadLetterQueue(c.Queue) {
+			return fmt.Errorf("%w: a dead-lettered message cannot be dead-lettered again", ErrNotAllowed)
+		}
+		d.emit(log.Event{Type: log.DeadLettered, Queue: c.Queue, Seq: seq, Reason: c.Reason,
+			Description: c.Description, Props: c.Props})
+	default:
+		return fmt.Errorf("%w: outcome %d", ErrInvalid, c.Outcome)
+	}
+	return nil
+}
+
+// afterFailedDelivery follows an abandon or a lock expiry of message seq:
+// past the entity's MaxDeliveryCount it goes to the dead-letter queue.
+// (Its expiry, if due, follows on the next Tick: it is available again.)
+func (d *decision) afterFailedDelivery(q *Queue, seq uint64, m index.Meta) {
+	if isDeadLetterQueue(q.No) || int(m.Deliveries)+1 < d.e.cfg.MaxDeliveryCount {
+		return
+	}
+	d.emit(log.Event{Type: log.DeadLettered, Queue: q.No, Seq: seq, Reason: ReasonMaxDeliveryCount,
+		Description: fmt.Sprintf("Message could not be consumed after %d delivery attempts.", d.e.cfg.MaxDeliveryCount)})
+}
+
+func (d *decision) renew(c Renew) error {
+	q, err := d.queue(c.Queue)
+	if err != nil {
+		return err
+	}
+	seq, m, err := d.heldLock(q, c.Token)
+	if err != nil {
+		return err
+	}
+	if m.Session != 0 {
+		return fmt.Errorf("%w: messages of a session are locked by the session lock; renew that instead", ErrNotAllowed)
+	}
+	d.emit(log.Event{Type: log.LockRenewed, Queue: c.Queue, Seq: seq, Until: d.now + int64(d.e.cfg.LockDuration)})
+	return nil
+}
+
+func (d *decision) tick() {
+	for _, q := range d.e.queues {
+		// Session locks first: their messages' locks end with them.
+		if q.sessions != nil {
+			var due []*index.Session
+			q.sessionTimers.Due(d.now, func(t index.Timer) {
+				if q.sessionLive(t) {
+					due = append(due, q.sessions.ByNo(uint32(t.Key)))
+				}
+			})
+			slices.SortFunc(due, func(a, b *index.Session) int {
+				if c := cmp.Compare(a.LockedUntil, b.LockedUntil); c != 0 {
+					return c
+				}
+				return cmp.Compare(a.ID, b.ID)
+			})
+			for _, s := range slices.Compact(due) {
+				d.endSession(q, s, false)
+			}
+		}
+		var locks []index.Timer
+		q.lockTimers.Due(d.now, func(t index.Timer) {
+			if q.lockLive(t) {
+				locks = append(locks, t)
+			}
+		})
+		slices.SortFunc(locks, compareTimers)
+		// The same lock can have two identical entries (relocked at the
+		// same instant after a release): act once.
+		for _, t := range slices.Compact(locks) {
+			if m, ok := q.msgs.Get(t.Key); ok && !d.sessionEnding(q, m) {
+				d.emit(log.Event{Type: log.LockExpired, Queue: q.No, Seq: t.Key})
+				d.afterFailedDelivery(q, t.Key, m)
+			}
+		}
+		d.expireDue(q)
+	}
+}
+
+// sessionEnding reports whether this decision already ended the session of
+// message m (and with it m's lock).
+func (d *decision) sessionEnding(q *Queue, m index.Meta) bool {
+	if m.Session == 0 {
+		return false
+	}
+	s := q.sessions.ByNo(m.Session)
+	for _, ev := range d.out {
+		if ev.Type == log.SessionUnlocked && ev.Queue == q.No && ev.SessionID == s.ID {
+			return true
+		}
+	}
+	return false
+}
+
+// endSession unlocks session s and ends the locks of its messages: counted as
+// failed deliveries when the session lock expired, released when its
+// receiver let go.
+func (d *decision) endSession(q *Queue, s *index.Session, released bool) {
+	it := s.Locked.Iterator()
+	for it.HasNext() {
+		seq := it.Next()
+		if released {
+			d.emit(log.Event{Type: log.Released, Queue: q.No, Seq: seq})
+			continue
+		}
+		m, _ := q.msgs.Get(seq)
+		d.emit(log.Event{Type: log.LockExpired, Queue: q.No, Seq: seq})
+		d.afterFailedDelivery(q, seq, m)
+	}
+	d.emit(log.Event{Type: log.SessionUnlocked, Queue: q.No, SessionID: s.ID})
+}
+
+func (d *decision) sessionQueue(no uint32) (*Queue, error) {
+	q, err := d.queue(no)
+	if err != nil {
+		return nil, err
+	}
+	if q.sessions == nil {
+		return nil, fmt.Errorf("%w: the entity does not use sessions", ErrNotAllowed)
+	}
+	return q, nil
+}
+
+func (d *decision) acceptSession(c AcceptSession) error {
+	q, err := d.sessionQueue(c.Queue)
+	if err != nil {
+		return err
+	}
+	if c.Receiver == "" {
+		return fmt.Errorf("%w: a session receiver needs a name", ErrInvalid)
+	}
+	var s *index.Session
+	if c.SessionID == "" {
+		if s = q.sessions.NextFree(); s == nil {
+			return ErrNoSession
+		}
+	} else if s = q.sessions.Get(c.SessionID); s != nil && s.Owner != "" {
+		if s.LockedUntil > d.now {
+			return ErrSessionCannotBeLocked
+		}
+		d.endSession(q, s, false) // expired, not yet ticked: end it first
+	}
+	id := c.SessionID
+	if s != nil {
+		id = s.ID
+	}
+	d.emit(log.Event{Type: log.SessionLocked, Queue: c.Queue, SessionID: id,
+		Until: d.now + int64(d.e.cfg.LockDuration), Receiver: c.Receiver})
+	return nil
+}
+
+// ownedSession returns the session the receiver holds, or ErrSessionLockLost.
+func (d *decision) ownedSession(no uint32, id, receiver string) (*Queue, *index.Session, error) {
+	q, err := d.sessionQueue(no)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := q.sessions.Get(id)
+	if s == nil || s.Owner != receiver || s.LockedUntil <= d.now {
+		return nil, nil, ErrSessionLockLost
+	}
+	return q, s, nil
+}
+
+func (d *decision) renewSession(c RenewSession) error {
+	_, s, err := d.ownedSession(c.Queue, c.SessionID, c.Receiver)
+	if err != nil {
+		return err
+	}
+	d.emit(log.Event{Type: log.SessionLockRenewed, Queue: c.Queue, SessionID: s.ID,
+		Until: d.now + int64(d.e.cfg.LockDuration)})
+	return nil
+}
+
+func (d *decision) releaseSession(c ReleaseSession) error {
+	q, err := d.sessionQueue(c.Queue)
+	if err != nil {
+		return err
+	}
+	if s := q.sessions.Get(c.SessionID); s != nil && s.Owner == c.Receiver {
+		d.endSession(q, s, true)
+	}
+	return nil
+}
+
+func (d *decision) setSessionState(c SetSessionState) error {
+	_, s, err := d.ownedSession(c.Queue, c.SessionID, c.Receiver)
+	if err != nil {
+		return err
+	}
+	d.emit(log.Event{Type: log.SessionStateSet, Queue: c.Queue, SessionID: s.ID, State: c.State})
+	return nil
+}
+
+func compareTimers(a, b index.Timer) int {
+	if c := cmp.Compare(a.At, b.At); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Key, b.Key)
+}
+
+// mix derives a lock token's secret half from the shell's nonce and the
+// message, so one nonce serves a whole batch of locks (splitmix64).
+func mix(nonce, seq uint64) uint64 {
+	z := nonce + seq*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}

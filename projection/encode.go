@@ -1,0 +1,356 @@
+package projection
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
+	"github.com/walbus/walbus/index"
+	"github.com/walbus/walbus/log"
+)
+
+// The canonical encoding of an Entity: equal states encode to equal bytes,
+// whatever history led to them. Everything is written in a fixed order
+// (SequenceNumbers ascending, sessions by number) and only what cannot be
+// derived is written: the bitmaps, heap layouts, lock timers, session heads
+// and per-session sets are rebuilt from the messages on decode.
+//
+//	version, name, created, config (JSON), last index, last time
+//	dedup: count, (id, time)... in acceptance order
+//	queues: count, then per queue:
+//	  number, has-sessions
+//	  sessions (if any): next number, free numbers, count, (no, id, owner, locked-until, has-state, state, state-time)...
+//	  messages: count, (seq delta, state, flags, deliveries, offset, size, session no)...
+//	  locks: count, (seq, token, until, receiver)...
+//	  overlays: count, (seq, refs count, (index, offset, size)...)...
+//	  expiries: count, (seq, at)...      live TTL timers
+//	  activations: count, (seq, at)...   live schedule timers
+const encodingVersion = 1
+
+// Encode appends the canonical encoding of e to dst.
+func (e *Entity) Encode(dst []byte) []byte {
+	dst = binary.AppendUvarint(dst, encodingVersion)
+	dst = log.AppendString(dst, e.name)
+	dst = appendBool(dst, e.created)
+	dst = log.AppendBytes(dst, e.cfg.Encode())
+	dst = binary.AppendUvarint(dst, e.last)
+	dst = binary.AppendVarint(dst, e.lastTime)
+
+	var ids []string
+	var ats []int64
+	e.dedup.Entries(func(id string, at int64) { ids, ats = append(ids, id), append(ats, at) })
+	dst = binary.AppendUvarint(dst, uint64(len(ids)))
+	for i := range ids {
+		dst = log.AppendString(dst, ids[i])
+		dst = binary.AppendVarint(dst, ats[i])
+	}
+
+	dst = binary.AppendUvarint(dst, uint64(len(e.queues)))
+	for _, q := range e.queues {
+		dst = q.encode(dst)
+	}
+	return dst
+}
+
+func (q *Queue) encode(dst []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(q.No))
+	dst = appendBool(dst, q.sessions != nil)
+	if q.sessions != nil {
+		next, free := q.sessions.Numbering()
+		dst = binary.AppendUvarint(dst, uint64(next))
+		dst = binary.AppendUvarint(dst, uint64(len(free)))
+		for _, no := range free {
+			dst = binary.AppendUvarint(dst, uint64(no))
+		}
+		all := q.sessions.Sorted()
+		slices.SortFunc(all, func(a, b *index.Session) int { return int(a.No) - int(b.No) })
+		dst = binary.AppendUvarint(dst, uint64(len(all)))
+		for _, s := range all {
+			dst = binary.AppendUvarint(dst, uint64(s.No))
+			dst = log.AppendString(dst, s.ID)
+			dst = log.AppendString(dst, s.Owner)
+			dst = binary.AppendVarint(dst, s.LockedUntil)
+			dst = appendBool(dst, s.State != nil)
+			dst = log.AppendBytes(dst, s.State)
+			dst = binary.AppendVarint(dst, s.StateTime)
+		}
+	}
+
+	dst = binary.AppendUvarint(dst, q.all.GetCardinality())
+	prev := uint64(0)
+	it := q.all.Iterator()
+	for it.HasNext() {
+		seq := it.Next()
+		m, _ := q.msgs.Get(seq)
+		dst = binary.AppendUvarint(dst, seq-prev)
+		prev = seq
+		dst = append(dst, byte(m.State), m.Flags)
+		dst = binary.AppendUvarint(dst, uint64(m.Deliveries))
+		dst = binary.AppendUvarint(dst, uint64(m.Pos.Offset))
+		dst = binary.AppendUvarint(dst, uint64(m.Pos.Size))
+		dst = binary.AppendUvarint(dst, uint64(m.Session))
+	}
+
+	locked := q.locks.Seqs()
+	slices.Sort(locked)
+	dst = binary.AppendUvarint(dst, uint64(len(locked)))
+	for _, seq := range locked {
+		lk, _ := q.locks.Get(seq)
+		dst = binary.AppendUvarint(dst, seq)
+		dst = append(dst, lk.Token[:]...)
+		dst = binary.AppendVarint(dst, lk.Until)
+		dst = log.AppendString(dst, lk.Receiver)
+	}
+
+	withOverlays := make([]uint64, 0, len(q.overlays))
+	for seq := range q.overlays {
+		withOverlays = append(withOverlays, seq)
+	}
+	slices.Sort(withOverlays)
+	dst = binary.AppendUvarint(dst, uint64(len(withOverlays)))
+	for _, seq := range withOverlays {
+		refs := q.overlays[seq]
+		dst = binary.AppendUvarint(dst, seq)
+		dst = binary.AppendUvarint(dst, uint64(len(refs)))
+		for _, r := range refs {
+			dst = binary.AppendUvarint(dst, r.Index)
+			dst = binary.AppendUvarint(dst, uint64(r.Pos.Offset))
+			dst = binary.AppendUvarint(dst, uint64(r.Pos.Size))
+		}
+	}
+
+	dst = appendTimers(dst, q.ttlTimers.All(q.ttlLive))
+	dst = appendTimers(dst, q.scheduleTimers.All(q.scheduleLive))
+	return dst
+}
+
+// appendTimers writes live timer entries by key; an entry pushed twice with
+// the same time is one entry.
+func appendTimers(dst []byte, ts []index.Timer) []byte {
+	slices.SortFunc(ts, func(a, b index.Timer) int {
+		if c := cmp.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.At, b.At)
+	})
+	ts = slices.Compact(ts)
+	dst = binary.AppendUvarint(dst, uint64(len(ts)))
+	for _, t := range ts {
+		dst = binary.AppendUvarint(dst, t.Key)
+		dst = binary.AppendVarint(dst, t.At)
+	}
+	return dst
+}
+
+func appendBool(dst []byte, b bool) []byte {
+	if b {
+		return append(dst, 1)
+	}
+	return append(dst, 0)
+}
+
+// Decode rebuilds an Entity from its canonical encoding, checking that it is
+// consistent (states, sessions, locks and timers that refer to messages that
+// exist). It never panics, whatever the input.
+func Decode(b []byte) (*Entity, error) {
+	r := log.NewReader(b)
+	if v := r.Uvarint(); r.Err() == nil && v != encodingVersion {
+		return nil, fmt.Errorf("state encoding version %d, want %d", v, encodingVersion)
+	}
+	e := New()
+	e.name = r.String()
+	e.created = readBool(r)
+	cfgBytes := r.Bytes()
+	e.last = r.Uvarint()
+	e.lastTime = r.Varint()
+	if r.Err() != nil {
+		return nil, fmt.Errorf("decode state header: %w", r.Err())
+	}
+	if e.created {
+		cfg, err := DecodeConfig(cfgBytes)
+		if err != nil {
+			return nil, err
+		}
+		e.cfg = cfg
+	}
+
+	for n := r.Count(2); n > 0; n-- {
+		id, at := r.String(), r.Varint()
+		if r.Err() == nil {
+			e.dedup.Add(id, at)
+		}
+	}
+
+	nq := r.Count(7)
+	if r.Err() == nil && nq != len(e.queues) {
+		return nil, fmt.Errorf("state has %d queues, want %d", nq, len(e.queues))
+	}
+	for i := 0; i < nq && r.Err() == nil; i++ {
+		if err := e.queues[i].decode(r, uint32(i)); err != nil {
+			return nil, fmt.Errorf("queue %d: %w", i, err)
+		}
+	}
+	if err := r.Done(); err != nil {
+		return nil, fmt.Errorf("decode state: %w", err)
+	}
+	if wantSessions := e.created && e.cfg.RequiresSession; (e.queues[0].sessions != nil) != wantSessions {
+		return nil, fmt.Errorf("main queue sessions %v, config says %v", e.queues[0].sessions != nil, wantSessions)
+	}
+	return e, nil
+}
+
+func (q *Queue) decode(r *log.Reader, no uint32) error {
+	if got := r.Uint32(); r.Err() == nil && got != no {
+		return fmt.Errorf("numbered %d", got)
+	}
+	if readBool(r) {
+		if err := q.decodeSessions(r); err != nil {
+			return err
+		}
+	}
+	var prev uint64
+	for n := r.Count(6); n > 0 && r.Err() == nil; n-- {
+		delta := r.Uvarint()
+		if r.Err() == nil && (delta == 0 || prev+delta < prev) {
+			return fmt.Errorf("SequenceNumbers not ascending after %d", prev)
+		}
+		seq := prev + delta
+		prev = seq
+		m := index.Meta{State: index.State(r.Byte()), Flags: r.Byte()}
+		deliveries := r.Uvarint()
+		m.Pos.Offset, m.Pos.Size, m.Session = r.Uint32(), r.Uint32(), r.Uint32()
+		if r.Err() != nil {
+			break
+		}
+		if m.State < index.Available || m.State > index.Scheduled || m.Flags&^index.FlagDeferred != 0 || deliveries > 1<<16-1 {
+			return fmt.Errorf("message %d: state %d flags %#x deliveries %d", seq, m.State, m.Flags, deliveries)
+		}
+		m.Deliveries = uint16(deliveries)
+		var s *index.Session
+		if m.Session != 0 {
+			if q.sessions == nil {
+				return fmt.Errorf("message %d in session %d of a queue without sessions", seq, m.Session)
+			}
+			if s = q.sessions.ByNo(m.Session); s == nil {
+				return fmt.Errorf("message %d in unknown session %d", seq, m.Session)
+			}
+			s.Messages++
+			switch m.State {
+			case index.Available:
+				s.Available.Add(seq)
+			case index.Locked:
+				s.Locked.Add(seq)
+			}
+		}
+		q.all.Add(seq)
+		q.set(m.State).Add(seq)
+		q.msgs.Put(seq, m)
+	}
+
+	for n := r.Count(19); n > 0 && r.Err() == nil; n-- {
+		seq := r.Uvarint()
+		var lk index.Lock
+		copy(lk.Token[:], r.Fixed(len(lk.Token)))
+		lk.Until = r.Varint()
+		lk.Receiver = r.String()
+		if r.Err() != nil {
+			break
+		}
+		if m, ok := q.msgs.Get(seq); !ok || m.State != index.Locked {
+			return fmt.Errorf("lock on message %d that is not locked", seq)
+		}
+		if _, dup := q.locks.Get(seq); dup {
+			return fmt.Errorf("two locks on message %d", seq)
+		}
+		q.locks.Put(seq, lk)
+		q.lockTimers.Push(lk.Until, seq)
+	}
+	if r.Err() == nil && q.locks.Len() != int(q.locked.GetCardinality()) {
+		return fmt.Errorf("%d locked messages but %d locks", q.locked.GetCardinality(), q.locks.Len())
+	}
+
+	for n := r.Count(2); n > 0 && r.Err() == nil; n-- {
+		seq := r.Uvarint()
+		refs := make([]Ref, r.Count(3))
+		for i := range refs {
+			refs[i] = Ref{Index: r.Uvarint(), Pos: log.Position{Offset: r.Uint32(), Size: r.Uint32()}}
+		}
+		if _, ok := q.msgs.Get(seq); r.Err() == nil && (!ok || len(refs) == 0) {
+			return fmt.Errorf("overlays for missing message %d", seq)
+		}
+		q.overlays[seq] = refs
+	}
+
+	if err := decodeTimers(r, &q.ttlTimers, q.ttlLive, "expiry"); err != nil {
+		return err
+	}
+	if err := decodeTimers(r, &q.scheduleTimers, q.scheduleLive, "activation"); err != nil {
+		return err
+	}
+	if q.sessions != nil {
+		for _, s := range q.sessions.Sorted() {
+			q.sessions.Refresh(s)
+			if s.Owner != "" {
+				q.sessionTimers.Push(s.LockedUntil, uint64(s.No))
+			}
+		}
+	}
+	return r.Err()
+}
+
+func (q *Queue) decodeSessions(r *log.Reader) error {
+	next := r.Uint32()
+	free := make([]uint32, r.Count(1))
+	for i := range free {
+		free[i] = r.Uint32()
+	}
+	sessions := make([]*index.Session, r.Count(6))
+	for i := range sessions {
+		s := &index.Session{No: r.Uint32(), ID: r.String(), Owner: r.String(), LockedUntil: r.Varint(),
+			Available: roaring64.New(), Locked: roaring64.New()}
+		hasState := readBool(r)
+		state := r.Bytes()
+		s.StateTime = r.Varint()
+		if hasState {
+			s.State = append([]byte{}, state...)
+		}
+		sessions[i] = s
+	}
+	if r.Err() != nil {
+		return r.Err()
+	}
+	t, err := index.Restore(sessions, next, free)
+	if err != nil {
+		return err
+	}
+	q.sessions = t
+	return nil
+}
+
+func decodeTimers(r *log.Reader, ts *index.Timers, live func(index.Timer) bool, what string) error {
+	for n := r.Count(2); n > 0 && r.Err() == nil; n-- {
+		t := index.Timer{Key: r.Uvarint(), At: r.Varint()}
+		if r.Err() != nil {
+			break
+		}
+		if !live(t) {
+			return fmt.Errorf("%s timer for message %d that cannot have one", what, t.Key)
+		}
+		ts.Push(t.At, t.Key)
+	}
+	return r.Err()
+}
+
+func readBool(r *log.Reader) bool {
+	switch b := r.Byte(); b {
+	case 0:
+		return false
+	case 1:
+		return true
+	default:
+		r.Fail("boolean byte %d", b)
+		return false
+	}
+}

@@ -1,0 +1,779 @@
+package projection
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/walbus/walbus/index"
+	"github.com/walbus/walbus/log"
+)
+
+// model is a deliberately naive implementation of the same semantics: one
+// flat map of messages, linear scans and sorting instead of bitmaps, heaps
+// and session tables. The model-based test runs both on the same commands.
+type model struct {
+	cfg      Config
+	created  bool
+	msgs     map[uint64]*mMsg
+	sessions map[string]*mSession
+	dedup    map[string]int64
+	last     uint64
+}
+
+type mMsg struct {
+	seq        uint64
+	queue      uint32
+	state      index.State
+	deferred   bool
+	deliveries int
+	session    string
+	expires    int64
+	overlays   int
+	token      log.LockToken
+	lockUntil  int64
+	receiver   string
+}
+
+type mSession struct {
+	owner string
+	until int64
+	state []byte
+}
+
+func newModel() *model {
+	return &model{msgs: map[uint64]*mMsg{}, sessions: map[string]*mSession{}, dedup: map[string]int64{}}
+}
+
+func (m *model) session(id string) *mSession {
+	s := m.sessions[id]
+	if s == nil {
+		s = &mSession{}
+		m.sessions[id] = s
+	}
+	return s
+}
+
+// inQueue returns the messages of queue no matching keep, by SequenceNumber.
+func (m *model) inQueue(no uint32, keep func(*mMsg) bool) []*mMsg {
+	var out []*mMsg
+	for _, msg := range m.msgs {
+		if msg.queue == no && keep(msg) {
+			out = append(out, msg)
+		}
+	}
+	slices.SortFunc(out, func(a, b *mMsg) int { return cmp.Compare(a.seq, b.seq) })
+	return out
+}
+
+type mDecision struct {
+	m   *model
+	now int64
+	out []log.Event
+}
+
+func (d *mDecision) emit(ev log.Event) {
+	ev.Time = d.now
+	d.out = append(d.out, ev)
+}
+
+func (m *model) decide(cmd Command, now int64) ([]log.Event, error) {
+	d := &mDecision{m: m, now: now}
+	err := d.run(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return d.out, nil
+}
+
+func (d *mDecision) run(cmd Command) error {
+	m := d.m
+	switch c := cmd.(type) {
+	case Configure:
+		typ := log.EntityUpdated
+		if !m.created {
+			typ = log.EntityCreated
+		}
+		d.emit(log.Event{Type: typ, Name: c.Name, Props: c.Config.Encode()})
+	case Send:
+		if c.Queue == log.DeadLetterQueue {
+			return ErrNotAllowed
+		}
+		batch := map[string]bool{}
+		for _, msg := range c.Messages {
+			if len(msg.Body) > m.cfg.MaxMessageSize {
+				return ErrMessageTooLarge
+			}
+			if m.cfg.RequiresSession && msg.SessionID == "" {
+				return ErrSessionIDRequired
+			}
+			if m.cfg.RequiresDuplicateDetection && msg.MessageID != "" {
+				at, seen := m.dedup[msg.MessageID]
+				if seen && at >= d.now-int64(m.cfg.DuplicateWindow) || batch[msg.MessageID] {
+					continue
+				}
+				batch[msg.MessageID] = true
+			}
+			if msg.ScheduledAt > d.now {
+				d.emit(log.Event{Type: log.Scheduled, Queue: c.Queue, Until: msg.ScheduledAt, TTL: int64(msg.TTL),
+					MessageID: msg.MessageID, SessionID: msg.SessionID, Message: msg.Body})
+			} else {
+				d.emit(log.Event{Type: log.Enqueued, Queue: c.Queue, Until: d.expiry(msg.TTL),
+					MessageID: msg.MessageID, SessionID: msg.SessionID, Message: msg.Body})
+			}
+		}
+	case Cancel:
+		seqs := slices.Sorted(slices.Values(c.Seqs))
+		for _, seq := range slices.Compact(seqs) {
+			if msg := m.msgs[seq]; msg != nil && msg.queue == c.Queue && msg.state == index.Scheduled {
+				d.emit(log.Event{Type: log.ScheduleCancelled, Queue: c.Queue, Seq: seq})
+			}
+		}
+	case Activate:
+		if msg := m.msgs[c.Seq]; msg != nil && msg.state == index.Scheduled {
+			d.emit(log.Event{Type: log.Activated, Queue: c.Queue, Seq: c.Seq, Until: d.expiry(time.Duration(c.Record.TTL)),
+				MessageID: c.Record.MessageID, SessionID: c.Record.SessionID, Message: c.Record.Message})
+		}
+	case Lock:
+		return d.take(c.Queue, c.Receiver, c.Session, c.Max, c.Limit, true, c.Nonce)
+	case ReceiveAndDelete:
+		return d.take(c.Queue, c.Receiver, c.Session, c.Max, c.Limit, false, 0)
+	case LockBySeq:
+		until := d.now + int64(m.cfg.LockDuration)
+		if c.Session != "" && m.cfg.RequiresSession && c.Queue == log.MainQueue {
+			s := m.sessions[c.Session]
+			if s == nil || s.owner != c.Receiver || s.until <= d.now {
+				return ErrSessionLockLost
+			}
+			until = s.until
+		}
+		seen := map[uint64]bool{}
+		for _, seq := range c.Seqs {
+			msg := m.msgs[seq]
+			if msg == nil || msg.queue != c.Queue || msg.state != index.Deferred ||
+				c.Session != "" && m.cfg.RequiresSession && c.Queue == log.MainQueue && msg.session != c.Session {
+				return ErrMessageNotFound
+			}
+			if seen[seq] {
+				continue
+			}
+			seen[seq] = true
+			if c.PeekLock {
+				d.emit(log.Event{Type: log.Locked, Queue: c.Queue, Seq: seq, Token: index.MakeToken(seq, mix(c.Nonce, seq)),
+					Until: until, Receiver: c.Receiver})
+			} else {
+				d.emit(log.Event{Type: log.ReceivedAndDeleted, Queue: c.Queue, Seq: seq, Receiver: c.Receiver})
+			}
+		}
+	case Settle:
+		msg, err := d.held(c.Queue, c.Token)
+		if err != nil {
+			return err
+		}
+		switch c.Outcome {
+		case Complete:
+			d.emit(log.Event{Type: log.Completed, Queue: c.Queue, Seq: msg.seq})
+		case Abandon:
+			d.emit(log.Event{Type: log.Abandoned, Queue: c.Queue, Seq: msg.seq, Props: c.Props})
+			d.failed(msg)
+		case Release:
+			d.emit(log.Event{Type: log.Released, Queue: c.Queue, Seq: msg.seq})
+		case Defer:
+			d.emit(log.Event{Type: log.Deferred, Queue: c.Queue, Seq: msg.seq, Props: c.Props})
+		case DeadLetter:
+			if c.Queue == log.DeadLetterQueue {
+				return ErrNotAllowed
+			}
+			d.emit(log.Event{Type: log.DeadLettered, Queue: c.Queue, Seq: msg.seq, Reason: c.Reason,
+				Description: c.Description, Props: c.Props})
+		}
+	case Renew:
+		msg, err := d.held(c.Queue, c.Token)
+		if err != nil {
+			return err
+		}
+		if msg.session != "" && c.Queue == log.MainQueue && m.cfg.RequiresSession {
+			return ErrNotAllowed
+		}
+		d.emit(log.Event{Type: log.LockRenewed, Queue: c.Queue, Seq: msg.seq, Until: d.now + int64(m.cfg.LockDuration)})
+	case Tick:
+		for _, no := range []uint32{log.MainQueue, log.DeadLetterQueue} {
+			ended := map[string]bool{}
+			if m.cfg.RequiresSession && no == log.MainQueue {
+				var due []string
+				for id, s := range m.sessions {
+					if s.owner != "" && s.until <= d.now {
+						due = append(due, id)
+					}
+				}
+				slices.SortFunc(due, func(a, b string) int {
+					if c := cmp.Compare(m.sessions[a].until, m.sessions[b].until); c != 0 {
+						return c
+					}
+					return cmp.Compare(a, b)
+				})
+				for _, id := range due {
+					d.endSession(id, false)
+					ended[id] = true
+				}
+			}
+			locked := m.inQueue(no, func(msg *mMsg) bool { return msg.state == index.Locked && msg.lockUntil <= d.now })
+			slices.SortStableFunc(locked, func(a, b *mMsg) int { return cmp.Compare(a.lockUntil, b.lockUntil) })
+			for _, msg := range locked {
+				if ended[msg.session] && no == log.MainQueue && m.cfg.RequiresSession {
+					continue
+				}
+				d.emit(log.Event{Type: log.LockExpired, Queue: no, Seq: msg.seq})
+				d.failed(msg)
+			}
+			d.expireDue(no)
+		}
+	case AcceptSession:
+		if !m.cfg.RequiresSession || c.Queue != log.MainQueue {
+			return ErrNotAllowed
+		}
+		id := c.SessionID
+		if id == "" {
+			best := uint64(0)
+			for _, msg := range m.inQueue(c.Queue, func(msg *mMsg) bool { return msg.state == index.Available }) {
+				if s := m.sessions[msg.session]; (s == nil || s.owner == "") && (best == 0 || msg.seq < best) {
+					best, id = msg.seq, msg.session
+				}
+			}
+			if id == "" {
+				return ErrNoSession
+			}
+		} else if s := m.sessions[id]; s != nil && s.owner != "" {
+			if s.until > d.now {
+				return ErrSessionCannotBeLocked
+			}
+			d.endSession(id, false)
+		}
+		d.emit(log.Event{Type: log.SessionLocked, Queue: c.Queue, SessionID: id,
+			Until: d.now + int64(m.cfg.LockDuration), Receiver: c.Receiver})
+	case RenewSession:
+		if err := d.owned(c.Queue, c.SessionID, c.Receiver); err != nil {
+			return err
+		}
+		d.emit(log.Event{Type: log.SessionLockRenewed, Queue: c.Queue, SessionID: c.SessionID,
+			Until: d.now + int64(m.cfg.LockDuration)})
+	case ReleaseSession:
+		if !m.cfg.RequiresSession || c.Queue != log.MainQueue {
+			return ErrNotAllowed
+		}
+		if s := m.sessions[c.SessionID]; s != nil && s.owner == c.Receiver {
+			d.endSession(c.SessionID, true)
+		}
+	case SetSessionState:
+		if err := d.owned(c.Queue, c.SessionID, c.Receiver); err != nil {
+			return err
+		}
+		d.emit(log.Event{Type: log.SessionStateSet, Queue: c.Queue, SessionID: c.SessionID, State: c.State})
+	default:
+		return fmt.Errorf("model: %T", cmd)
+	}
+	return nil
+}
+
+func (d *mDecision) expiry(ttl time.Duration) int64 {
+	if def := d.m.cfg.DefaultTTL; def > 0 && (ttl <= 0 || ttl > def) {
+		ttl = def
+	}
+	if ttl <= 0 {
+		return 0
+	}
+	return d.now + int64(ttl)
+}
+
+func (d *mDecision) take(no uint32, receiver, session string, max int, limit uint64, peekLock bool, nonce uint64) error {
+	m := d.m
+	if max <= 0 {
+		return nil
+	}
+	sessions := m.cfg.RequiresSession && no == log.MainQueue
+	until := d.now + int64(m.cfg.LockDuration)
+	if sessions {
+		s := m.sessions[session]
+		if session == "" || s == nil || s.owner != receiver || s.until <= d.now {
+			return ErrSessionLockLost
+		}
+		until = s.until
+	} else if session != "" {
+		return ErrNotAllowed
+	}
+	expired := d.expireDue(no)
+	taken := 0
+	for _, msg := range m.inQueue(no, func(msg *mMsg) bool { return msg.state == index.Available }) {
+		if taken == max || msg.seq > limit {
+			break
+		}
+		if expired[msg.seq] || sessions && msg.session != session {
+			continue
+		}
+		if peekLock {
+			d.emit(log.Event{Type: log.Locked, Queue: no, Seq: msg.seq, Token: index.MakeToken(msg.seq, mix(nonce, msg.seq)),
+				Until: until, Receiver: receiver})
+		} else {
+			d.emit(log.Event{Type: log.ReceivedAndDeleted, Queue: no, Seq: msg.seq, Receiver: receiver})
+		}
+		taken++
+	}
+	return nil
+}
+
+func (d *mDecision) expireDue(no uint32) map[uint64]bool {
+	expired := map[uint64]bool{}
+	for _, msg := range d.m.inQueue(no, func(msg *mMsg) bool {
+		return msg.state == index.Available && msg.expires > 0 && msg.expires <= d.now
+	}) {
+		if d.m.cfg.DeadLetterOnExpiry {
+			d.emit(log.Event{Type: log.DeadLettered, Queue: no, Seq: msg.seq, Reason: ReasonTTLExpired,
+				Description: "The message expired and was dead lettered."})
+		} else {
+			d.emit(log.Event{Type: log.Expired, Queue: no, Seq: msg.seq})
+		}
+		expired[msg.seq] = true
+	}
+	return expired
+}
+
+func (d *mDecision) held(no uint32, token log.LockToken) (*mMsg, error) {
+	msg := d.m.msgs[index.TokenSeq(token)]
+	if msg == nil || msg.queue != no || msg.state != index.Locked || msg.token != token || msg.lockUntil <= d.now {
+		return nil, ErrLockLost
+	}
+	if d.m.cfg.RequiresSession && no == log.MainQueue && msg.session != "" {
+		if s := d.m.sessions[msg.session]; s == nil || s.owner == "" || s.until <= d.now {
+			return nil, ErrSessionLockLost
+		}
+	}
+	return msg, nil
+}
+
+func (d *mDecision) failed(msg *mMsg) {
+	if msg.queue == log.DeadLetterQueue || msg.deliveries+1 < d.m.cfg.MaxDeliveryCount {
+		return
+	}
+	d.emit(log.Event{Type: log.DeadLettered, Queue: msg.queue, Seq: msg.seq, Reason: ReasonMaxDeliveryCount,
+		Description: fmt.Sprintf("Message could not be consumed after %d delivery attempts.", d.m.cfg.MaxDeliveryCount)})
+}
+
+func (d *mDecision) endSession(id string, released bool) {
+	for _, msg := range d.m.inQueue(log.MainQueue, func(msg *mMsg) bool { return msg.state == index.Locked && msg.session == id }) {
+		if released {
+			d.emit(log.Event{Type: log.Released, Queue: log.MainQueue, Seq: msg.seq})
+			continue
+		}
+		d.emit(log.Event{Type: log.LockExpired, Queue: log.MainQueue, Seq: msg.seq})
+		d.failed(msg)
+	}
+	d.emit(log.Event{Type: log.SessionUnlocked, Queue: log.MainQueue, SessionID: id})
+}
+
+func (d *mDecision) owned(no uint32, id, receiver string) error {
+	if !d.m.cfg.RequiresSession || no != log.MainQueue {
+		return ErrNotAllowed
+	}
+	if s := d.m.sessions[id]; s == nil || s.owner != receiver || s.until <= d.now {
+		return ErrSessionLockLost
+	}
+	return nil
+}
+
+func (m *model) apply(ev *log.Event) {
+	m.last = ev.Index
+	sessions := m.cfg.RequiresSession
+	switch ev.Type {
+	case log.EntityCreated, log.EntityUpdated:
+		m.cfg, _ = DecodeConfig(ev.Props)
+		m.created = true
+	case log.Enqueued, log.Scheduled, log.Activated:
+		if ev.Type == log.Activated {
+			delete(m.msgs, ev.Seq)
+		}
+		msg := &mMsg{seq: ev.Index, queue: ev.Queue, state: index.Available, expires: ev.Until}
+		if sessions {
+			msg.session = ev.SessionID
+		}
+		if ev.Type == log.Scheduled {
+			msg.state, msg.expires = index.Scheduled, 0
+		}
+		m.msgs[ev.Index] = msg
+		if ev.Type != log.Activated && m.cfg.RequiresDuplicateDetection && ev.MessageID != "" {
+			m.dedup[ev.MessageID] = ev.Time
+		}
+	case log.ScheduleCancelled, log.Completed, log.Expired, log.ReceivedAndDeleted:
+		delete(m.msgs, ev.Seq)
+	case log.Locked:
+		msg := m.msgs[ev.Seq]
+		msg.state, msg.token, msg.lockUntil, msg.receiver = index.Locked, ev.Token, ev.Until, ev.Receiver
+	case log.LockRenewed:
+		m.msgs[ev.Seq].lockUntil = ev.Until
+	case log.LockExpired, log.Abandoned, log.Released, log.Deferred:
+		msg := m.msgs[ev.Seq]
+		if ev.Type == log.LockExpired || ev.Type == log.Abandoned {
+			msg.deliveries++
+		}
+		if ev.Type == log.Deferred {
+			msg.deferred = true
+		}
+		msg.state, msg.token, msg.lockUntil, msg.receiver = index.Available, log.LockToken{}, 0, ""
+		if msg.deferred {
+			msg.state = index.Deferred
+		}
+		if len(ev.Props) > 0 {
+			msg.overlays++
+		}
+	case log.DeadLettered:
+		msg := m.msgs[ev.Seq]
+		*msg = mMsg{seq: msg.seq, queue: msg.queue | 1, state: index.Available, deliveries: msg.deliveries, overlays: msg.overlays + 1}
+	case log.SessionLocked:
+		s := m.session(ev.SessionID)
+		s.owner, s.until = ev.Receiver, ev.Until
+	case log.SessionLockRenewed:
+		m.session(ev.SessionID).until = ev.Until
+		for _, msg := range m.msgs {
+			if msg.state == index.Locked && msg.session == ev.SessionID && msg.queue == ev.Queue {
+				msg.lockUntil = ev.Until
+			}
+		}
+	case log.SessionUnlocked:
+		s := m.session(ev.SessionID)
+		s.owner, s.until = "", 0
+	case log.SessionStateSet:
+		m.session(ev.SessionID).state = nil
+		if len(ev.State) > 0 {
+			m.session(ev.SessionID).state = append([]byte{}, ev.State...)
+		}
+	}
+}
+
+// observe renders everything the model and the projection must agree on.
+func (m *model) observe(now int64) string {
+	var out []string
+	for _, no := range []uint32{log.MainQueue, log.DeadLetterQueue} {
+		for _, msg := range m.inQueue(no, func(*mMsg) bool { return true }) {
+			out = append(out, fmt.Sprintf("q%d seq=%d %s deferred=%v deliveries=%d session=%q overlays=%d lock=%x/%d/%s",
+				no, msg.seq, msg.state, msg.deferred, msg.deliveries, msg.session, msg.overlays, msg.token, msg.lockUntil, msg.receiver))
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(m.sessions)) {
+		if s := m.sessions[id]; s.owner != "" || s.state != nil {
+			out = append(out, fmt.Sprintf("session %q owner=%q until=%d state=%q", id, s.owner, s.until, s.state))
+		}
+	}
+	// The next deadline and what is due.
+	next := int64(0)
+	consider := func(t int64) {
+		if next == 0 || t < next {
+			next = t
+		}
+	}
+	var due []uint64
+	for _, msg := range m.msgs {
+		switch {
+		case msg.state == index.Locked:
+			consider(msg.lockUntil)
+		case msg.state == index.Available && msg.expires > 0:
+			consider(msg.expires)
+		}
+	}
+	for _, s := range m.sessions {
+		if s.owner != "" {
+			consider(s.until)
+		}
+	}
+	first := m.last + 1
+	for _, msg := range m.msgs {
+		first = min(first, msg.seq)
+	}
+	out = append(out, fmt.Sprintf("first-needed=%d", first))
+	return fmt.Sprintf("%s\nlock/ttl/session deadline=%d due=%v", joinLines(out), next, due)
+}
+
+// observe renders the projection the same way as model.observe.
+func observe(e *Entity, now int64) string {
+	var out []string
+	for _, q := range e.queues {
+		it := q.all.Iterator()
+		for it.HasNext() {
+			seq := it.Next()
+			meta, _ := q.msgs.Get(seq)
+			lk, _ := q.locks.Get(seq)
+			session := ""
+			if meta.Session != 0 {
+				session = q.sessions.ByNo(meta.Session).ID
+			}
+			out = append(out, fmt.Sprintf("q%d seq=%d %s deferred=%v deliveries=%d session=%q overlays=%d lock=%x/%d/%s",
+				q.No, seq, meta.State, meta.Flags&index.FlagDeferred != 0, meta.Deliveries, session, len(q.overlays[seq]),
+				lk.Token, lk.Until, lk.Receiver))
+		}
+	}
+	if s := e.queues[0].sessions; s != nil {
+		for _, s := range s.Sorted() {
+			if s.Owner != "" || s.State != nil {
+				out = append(out, fmt.Sprintf("session %q owner=%q until=%d state=%q", s.ID, s.Owner, s.LockedUntil, s.State))
+			}
+		}
+	}
+	out = append(out, fmt.Sprintf("first-needed=%d", e.FirstNeeded()))
+	// NextDeadline also covers activations; compare the rest through the
+	// model's rule by masking scheduled messages out.
+	next := int64(0)
+	for _, q := range e.queues {
+		for _, t := range []struct {
+			ts   *index.Timers
+			live func(index.Timer) bool
+		}{{&q.lockTimers, q.lockLive}, {&q.ttlTimers, q.ttlActionable}} {
+			if tm, ok := t.ts.Earliest(t.live); ok && (next == 0 || tm.At < next) {
+				next = tm.At
+			}
+		}
+		if q.sessions != nil {
+			if tm, ok := q.sessionTimers.Earliest(q.sessionLive); ok && (next == 0 || tm.At < next) {
+				next = tm.At
+			}
+		}
+	}
+	var due []uint64
+	return fmt.Sprintf("%s\nlock/ttl/session deadline=%d due=%v", joinLines(out), next, due)
+}
+
+func joinLines(lines []string) string { return strings.Join(lines, "\n") }
+
+// history drives an entity and the model with random commands and returns
+// the events, failing on the first disagreement.
+type history struct {
+	rng     *rand.Rand
+	e       *Entity
+	m       *model
+	now     int64
+	events  []log.Event
+	records map[uint64]log.Event // Scheduled records by index, for activation
+	fail    func(format string, args ...any)
+}
+
+var receivers = []string{"r1", "r2", "r3"}
+var sessionIDs = []string{"s1", "s2", "s3", "s4"}
+
+func (h *history) run(cmd Command) {
+	got, gotErr := h.e.Decide(cmd, h.now)
+	want, wantErr := h.m.decide(cmd, h.now)
+	if !sameError(gotErr, wantErr) {
+		h.fail("%T %+v: projection error %v, model error %v", cmd, cmd, gotErr, wantErr)
+		return
+	}
+	if fmt.Sprint(eventKeys(got)) != fmt.Sprint(eventKeys(want)) {
+		h.fail("%T %+v at %d:\nprojection %v\nmodel      %v", cmd, cmd, h.now, eventKeys(got), eventKeys(want))
+		return
+	}
+	for i := range got {
+		ev := got[i]
+		ev.Index = uint64(len(h.events) + 1)
+		ev.Pos = log.Position{Offset: uint32(ev.Index * 7 % 100000), Size: uint32(log.RecordSize(&ev))}
+		h.events = append(h.events, ev)
+		if ev.Type == log.Scheduled {
+			h.records[ev.Index] = ev
+		}
+		if err := h.e.Apply(&ev); err != nil {
+			h.fail("apply %s: %v", ev.Type, err)
+			return
+		}
+		h.m.apply(&ev)
+	}
+	if a, b := observe(h.e, h.now), h.m.observe(h.now); a != b {
+		h.fail("after %T %+v states differ:\nprojection:\n%s\nmodel:\n%s", cmd, cmd, a, b)
+	}
+	if got, want := h.e.DueScheduled(0, h.now), h.dueScheduled(); fmt.Sprint(got) != fmt.Sprint(want) {
+		h.fail("due scheduled: projection %v model %v", got, want)
+	}
+}
+
+func (h *history) dueScheduled() []uint64 {
+	var due []uint64
+	for _, ev := range h.records {
+		if msg := h.m.msgs[ev.Index]; msg != nil && msg.state == index.Scheduled && ev.Until <= h.now {
+			due = append(due, ev.Index)
+		}
+	}
+	slices.Sort(due)
+	return due
+}
+
+func sameError(a, b error) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	for _, kind := range []error{ErrLockLost, ErrSessionLockLost, ErrSessionCannotBeLocked, ErrNoSession,
+		ErrMessageNotFound, ErrMessageTooLarge, ErrSessionIDRequired, ErrNotAllowed, ErrInvalid} {
+		if errors.Is(a, kind) != errors.Is(b, kind) {
+			return false
+		}
+	}
+	return true
+}
+
+// eventKeys renders events without their payload bytes.
+func eventKeys(evs []log.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = fmt.Sprintf("%s q%d seq=%d until=%d ttl=%d tok=%x id=%q sess=%q rcv=%q reason=%q props=%d body=%d",
+			e.Type, e.Queue, e.Seq, e.Until, e.TTL, e.Token, e.MessageID, e.SessionID, e.Receiver, e.Reason, len(e.Props), len(e.Message))
+	}
+	return out
+}
+
+// step issues one random command.
+func (h *history) step() {
+	r := h.rng
+	cfg := h.m.cfg
+	op := r.IntN(20)
+	if r.IntN(200) == 0 {
+		// Change the config under way (not RequiresSession: Service Bus forbids that).
+		cfg.LockDuration = time.Duration(10+r.IntN(50)) * time.Second
+		cfg.MaxDeliveryCount = 1 + r.IntN(4)
+		h.run(Configure{Name: "q", Config: cfg})
+		return
+	}
+	if op < 4 && len(h.m.msgs) > 60 {
+		// Full enough: consume or let time pass instead, so the state stays
+		// small and busy.
+		op = []int{4, 11}[r.IntN(2)]
+	}
+	switch op {
+	case 0, 1, 2, 3:
+		n := 1 + r.IntN(3)
+		msgs := make([]Message, n)
+		for i := range msgs {
+			msgs[i] = Message{Body: make([]byte, 1+r.IntN(64)), MessageID: fmt.Sprintf("id%d", r.IntN(30))}
+			if cfg.RequiresSession || r.IntN(4) == 0 {
+				msgs[i].SessionID = sessionIDs[r.IntN(len(sessionIDs))]
+			}
+			if r.IntN(3) == 0 {
+				msgs[i].TTL = time.Duration(1+r.IntN(300)) * time.Second
+			}
+			if r.IntN(6) == 0 {
+				msgs[i].ScheduledAt = h.now + int64(r.IntN(120))*int64(time.Second)
+			}
+			if r.IntN(40) == 0 {
+				msgs[i].Body = make([]byte, cfg.MaxMessageSize+1)
+			}
+		}
+		h.run(Send{Queue: uint32(r.IntN(8) / 7), Messages: msgs})
+	case 4, 5, 6:
+		limit := uint64(len(h.events)) - uint64(r.IntN(3))
+		session := ""
+		if cfg.RequiresSession {
+			session = sessionIDs[r.IntN(len(sessionIDs))]
+		}
+		q := uint32(r.IntN(4) / 3)
+		if len(h.m.inQueue(log.DeadLetterQueue, func(*mMsg) bool { return true })) > 20 && r.IntN(2) == 0 {
+			q = log.DeadLetterQueue
+		}
+		if q == log.DeadLetterQueue {
+			session = ""
+		}
+		if r.IntN(4) == 0 {
+			h.run(ReceiveAndDelete{Queue: q, Receiver: receivers[r.IntN(3)], Session: session, Max: r.IntN(4), Limit: limit})
+		} else {
+			h.run(Lock{Queue: q, Receiver: receivers[r.IntN(3)], Session: session, Max: r.IntN(4), Limit: limit, Nonce: r.Uint64()})
+		}
+	case 7, 8, 9:
+		q, token := h.someToken()
+		props := []byte(nil)
+		if r.IntN(2) == 0 {
+			props = []byte{0xc1, 0x01, 0x00}
+		}
+		h.run(Settle{Queue: q, Token: token, Outcome: Outcome(1 + r.IntN(5)), Props: props, Reason: "r", Description: "d"})
+	case 10:
+		q, token := h.someToken()
+		h.run(Renew{Queue: q, Token: token})
+	case 11, 12:
+		h.now += []int64{0, 1, 10, 31, 61, 200}[r.IntN(6)] * int64(time.Second)
+		h.run(Tick{})
+		for _, seq := range h.e.DueScheduled(0, h.now) {
+			h.run(Activate{Queue: 0, Seq: seq, Record: h.records[seq]})
+		}
+	case 13:
+		var seqs []uint64
+		for seq := range h.records {
+			if r.IntN(3) == 0 {
+				seqs = append(seqs, seq)
+			}
+		}
+		h.run(Cancel{Queue: 0, Seqs: seqs})
+	case 14:
+		var deferred []uint64
+		for _, msg := range h.m.msgs {
+			if msg.state == index.Deferred && msg.queue == 0 {
+				deferred = append(deferred, msg.seq)
+			}
+		}
+		slices.Sort(deferred)
+		if r.IntN(5) == 0 {
+			deferred = append(deferred, 999999)
+		}
+		if len(deferred) > 2 {
+			deferred = deferred[:2]
+		}
+		session := ""
+		if cfg.RequiresSession && r.IntN(2) == 0 {
+			session = sessionIDs[r.IntN(len(sessionIDs))]
+		}
+		h.run(LockBySeq{Queue: 0, Receiver: receivers[r.IntN(3)], Session: session, Seqs: deferred, PeekLock: r.IntN(3) > 0, Nonce: r.Uint64()})
+	case 15, 16:
+		id := ""
+		if r.IntN(2) == 0 {
+			id = sessionIDs[r.IntN(len(sessionIDs))]
+		}
+		h.run(AcceptSession{Queue: 0, SessionID: id, Receiver: receivers[r.IntN(3)]})
+	case 17:
+		h.run(RenewSession{Queue: 0, SessionID: sessionIDs[r.IntN(len(sessionIDs))], Receiver: receivers[r.IntN(3)]})
+	case 18:
+		h.run(ReleaseSession{Queue: 0, SessionID: sessionIDs[r.IntN(len(sessionIDs))], Receiver: receivers[r.IntN(3)]})
+	case 19:
+		state := []byte(nil)
+		if r.IntN(3) > 0 {
+			state = []byte(fmt.Sprintf("state-%d", r.IntN(100)))
+		}
+		h.run(SetSessionState{Queue: 0, SessionID: sessionIDs[r.IntN(len(sessionIDs))], Receiver: receivers[r.IntN(3)], State: state})
+	}
+}
+
+// someToken returns a current lock token most of the time, and otherwise a
+// stale or made-up one.
+func (h *history) someToken() (uint32, log.LockToken) {
+	var held []*mMsg
+	for _, msg := range h.m.msgs {
+		if msg.state == index.Locked {
+			held = append(held, msg)
+		}
+	}
+	slices.SortFunc(held, func(a, b *mMsg) int { return cmp.Compare(a.seq, b.seq) })
+	if len(held) == 0 || h.rng.IntN(6) == 0 {
+		return uint32(h.rng.IntN(2)), index.MakeToken(uint64(h.rng.IntN(len(h.events)+1)), h.rng.Uint64())
+	}
+	msg := held[h.rng.IntN(len(held))]
+	return msg.queue, msg.token
+}
+
+var modelConfigs = map[string]Config{
+	"plain": {LockDuration: 30 * time.Second, MaxDeliveryCount: 3, DuplicateWindow: DefaultDuplicateWindow,
+		MaxMessageSize: 1024},
+	"ttl-dedup-dlq": {LockDuration: 30 * time.Second, MaxDeliveryCount: 2, DefaultTTL: 2 * time.Minute,
+		DeadLetterOnExpiry: true, RequiresDuplicateDetection: true, DuplicateWindow: 30 * time.Second, MaxMessageSize: 1024},
+	"sessions": {LockDuration: 30 * time.Second, MaxDeliveryCount: 2, RequiresSession: true, DefaultTTL: 3 * time.Minute,
+		DuplicateWindow: DefaultDuplicateWindow, MaxMessageSize: 1024},
+}
+
+func newHistory(seed uint64, cfg Config, fail func(string, ...any)) *history {
+	h := &history{rng: rand.New(rand.NewPCG(seed, seed*7+1)), e: New(), m: newModel(),
+		now: 1_700_000_000 * int64(time.Second), records: map[uint64]log.Event{}, fail: fail}
+	h.run(Configure{Name: "q", Config: cfg})
+	return h
+}

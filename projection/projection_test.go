@@ -1,0 +1,164 @@
+package projection
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/walbus/walbus/log"
+)
+
+// TestAgainstModel runs thousands of random operation sequences against the
+// projection and the naive model; they must agree on every decision and on
+// the observable state after every step.
+func TestAgainstModel(t *testing.T) {
+	steps := 2000
+	if testing.Short() {
+		steps = 500
+	}
+	seen := map[log.Type]int{}
+	defer func() {
+		// Every event type must have come up, or the test proves little.
+		for _, typ := range log.Types() {
+			if typ != log.EntityDeleted && seen[typ] == 0 {
+				t.Errorf("no %s event in any history", typ)
+			}
+		}
+		t.Logf("event types: %v", seen)
+	}()
+	for _, name := range slices.Sorted(mapsKeys(modelConfigs)) {
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("%s/seed%d", name, seed), func(t *testing.T) {
+				failed := false
+				h := newHistory(seed, modelConfigs[name], func(f string, a ...any) {
+					if !failed {
+						failed = true
+						t.Errorf(f, a...)
+					}
+				})
+				for i := 0; i < steps && !failed; i++ {
+					h.step()
+				}
+				for _, ev := range h.events {
+					seen[ev.Type]++
+				}
+				if !failed && len(h.events) < steps/4 {
+					t.Errorf("only %d events from %d steps: the generator is not exercising much", len(h.events), steps)
+				}
+			})
+		}
+	}
+}
+
+// TestReplayEquivalence: the state after all events equals the state from a
+// snapshot (encode, decode) at every k plus the events after k, byte for byte.
+func TestReplayEquivalence(t *testing.T) {
+	for _, name := range slices.Sorted(mapsKeys(modelConfigs)) {
+		t.Run(name, func(t *testing.T) {
+			h := newHistory(11, modelConfigs[name], t.Fatalf)
+			for len(h.events) < 1000 {
+				h.step()
+			}
+			full := h.e.Encode(nil)
+			if !bytes.Equal(replay(t, h.events).Encode(nil), full) {
+				t.Fatal("replaying the log does not give the state that produced it")
+			}
+			for k := 0; k <= len(h.events); k++ {
+				e := replay(t, h.events[:k])
+				snap := e.Encode(nil)
+				restored, err := Decode(snap)
+				if err != nil {
+					t.Fatalf("k=%d: decode: %v", k, err)
+				}
+				if again := restored.Encode(nil); !bytes.Equal(again, snap) {
+					t.Fatalf("k=%d: decode(encode(state)) re-encodes differently", k)
+				}
+				for i := k; i < len(h.events); i++ {
+					if err := restored.Apply(&h.events[i]); err != nil {
+						t.Fatalf("k=%d: apply %d: %v", k, i, err)
+					}
+				}
+				if !bytes.Equal(restored.Encode(nil), full) {
+					t.Fatalf("k=%d: snapshot plus tail differs from the full replay", k)
+				}
+				// The restored state must also decide the same way.
+				if k%97 == 0 {
+					for _, cmd := range []Command{Tick{}, Lock{Receiver: "x", Max: 5, Limit: ^uint64(0), Nonce: 1,
+						Session: firstSession(restored)}} {
+						a, errA := restored.Decide(cmd, h.now+int64(1e12))
+						b, errB := h.e.Decide(cmd, h.now+int64(1e12))
+						if fmt.Sprint(eventKeys(a), errA) != fmt.Sprint(eventKeys(b), errB) {
+							t.Fatalf("k=%d: restored state decides %v/%v, original %v/%v", k, eventKeys(a), errA, eventKeys(b), errB)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func firstSession(e *Entity) string {
+	if s := e.queues[0].sessions; s != nil {
+		for _, s := range s.Sorted() {
+			return s.ID
+		}
+	}
+	return ""
+}
+
+func replay(t *testing.T, evs []log.Event) *Entity {
+	t.Helper()
+	e := New()
+	for i := range evs {
+		if err := e.Apply(&evs[i]); err != nil {
+			t.Fatalf("apply %d: %v", i, err)
+		}
+	}
+	return e
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, name := range slices.Sorted(mapsKeys(modelConfigs)) {
+		h := newHistory(5, modelConfigs[name], f.Fatalf)
+		for len(h.events) < 200 {
+			h.step()
+		}
+		f.Add(h.e.Encode(nil))
+	}
+	f.Add(New().Encode(nil))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := Decode(b)
+		if err != nil {
+			return
+		}
+		// Whatever decodes is a usable state: it re-encodes canonically and
+		// can decide and apply.
+		enc := e.Encode(nil)
+		e2, err := Decode(enc)
+		if err != nil {
+			t.Fatalf("canonical encoding does not decode: %v", err)
+		}
+		if !bytes.Equal(e2.Encode(nil), enc) {
+			t.Fatal("encoding is not stable")
+		}
+		e.NextDeadline()
+		e.FirstNeeded()
+		if evs, err := e.Decide(Tick{}, e.LastTime()+int64(1e15)); err == nil {
+			for i := range evs {
+				evs[i].Index = e.LastIndex() + 1
+				e.Apply(&evs[i])
+			}
+		}
+	})
+}
+
+func mapsKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,229 @@
+package projection
+
+import (
+	"slices"
+
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
+	"github.com/walbus/walbus/index"
+	"github.com/walbus/walbus/log"
+)
+
+// Entity is the state of one entity log: its config, its queues (the queue
+// itself and its dead-letter subqueue) and the duplicate-detection window.
+type Entity struct {
+	name     string
+	cfg      Config
+	created  bool
+	queues   []*Queue // indexed by queue number
+	dedup    *index.Dedup
+	last     uint64 // index of the last applied event
+	lastTime int64  // its timestamp
+}
+
+// Queue is one queue of an entity: the sets of messages by state as roaring
+// bitmaps of SequenceNumbers, and the indexes that go with them.
+type Queue struct {
+	No        uint32
+	msgs      *index.Messages
+	available *roaring64.Bitmap
+	locked    *roaring64.Bitmap
+	deferred  *roaring64.Bitmap
+	scheduled *roaring64.Bitmap
+	all       *roaring64.Bitmap // every message of the queue, for peek and truncation
+	locks     *index.Locks
+	sessions  *index.Sessions // nil unless messages are grouped by session
+	// overlays lists, per message, the records (abandon, defer, dead-letter)
+	// that modify its application properties, oldest first.
+	overlays map[uint64][]Ref
+
+	lockTimers     index.Timers // Key: SequenceNumber, At: locked-until
+	ttlTimers      index.Timers // Key: SequenceNumber, At: expiry
+	scheduleTimers index.Timers // Key: SequenceNumber, At: activation time
+	sessionTimers  index.Timers // Key: session number, At: session locked-until
+}
+
+// Ref points at a log record.
+type Ref struct {
+	Index uint64
+	Pos   log.Position
+}
+
+// New returns the empty state of an entity log.
+func New() *Entity {
+	e := &Entity{cfg: DefaultConfig(), dedup: index.NewDedup()}
+	e.queues = []*Queue{newQueue(log.MainQueue, false), newQueue(log.DeadLetterQueue, false)}
+	return e
+}
+
+func newQueue(no uint32, sessions bool) *Queue {
+	q := &Queue{
+		No:        no,
+		msgs:      index.NewMessages(),
+		available: roaring64.New(),
+		locked:    roaring64.New(),
+		deferred:  roaring64.New(),
+		scheduled: roaring64.New(),
+		all:       roaring64.New(),
+		locks:     index.NewLocks(),
+		overlays:  make(map[uint64][]Ref),
+	}
+	if sessions {
+		q.sessions = index.NewSessions()
+	}
+	return q
+}
+
+// Name is the entity's name, from its EntityCreated event.
+func (e *Entity) Name() string { return e.name }
+
+// Config is the entity's current config.
+func (e *Entity) Config() Config { return e.cfg }
+
+// Created reports whether the log's EntityCreated event has been applied.
+func (e *Entity) Created() bool { return e.created }
+
+// LastIndex is the index of the last applied event.
+func (e *Entity) LastIndex() uint64 { return e.last }
+
+// LastTime is the timestamp of the last applied event.
+func (e *Entity) LastTime() int64 { return e.lastTime }
+
+// Queue returns queue no, or nil.
+func (e *Entity) Queue(no uint32) *Queue {
+	if int(no) < len(e.queues) {
+		return e.queues[no]
+	}
+	return nil
+}
+
+// deadLetterQueueOf is the dead-letter subqueue of queue no.
+func deadLetterQueueOf(no uint32) uint32 { return no | 1 }
+
+func isDeadLetterQueue(no uint32) bool { return no&1 == 1 }
+
+// Counts is how many messages a queue holds in each state.
+type Counts struct {
+	Available, Locked, Deferred, Scheduled, Total uint64
+}
+
+func (q *Queue) Counts() Counts {
+	return Counts{
+		Available: q.available.GetCardinality(),
+		Locked:    q.locked.GetCardinality(),
+		Deferred:  q.deferred.GetCardinality(),
+		Scheduled: q.scheduled.GetCardinality(),
+		Total:     q.all.GetCardinality(),
+	}
+}
+
+// Message returns the metadata of message seq.
+func (q *Queue) Message(seq uint64) (index.Meta, bool) { return q.msgs.Get(seq) }
+
+// Lock returns the lock on message seq.
+func (q *Queue) Lock(seq uint64) (index.Lock, bool) { return q.locks.Get(seq) }
+
+// Overlays returns the records that modify message seq, oldest first.
+func (q *Queue) Overlays(seq uint64) []Ref { return q.overlays[seq] }
+
+// Peek returns up to max messages with SequenceNumber >= from and <= limit,
+// in order, whatever their state.
+func (q *Queue) Peek(from uint64, max int, limit uint64) []uint64 {
+	var out []uint64
+	it := q.all.Iterator()
+	it.AdvanceIfNeeded(from)
+	for it.HasNext() && len(out) < max {
+		seq := it.Next()
+		if seq > limit {
+			break
+		}
+		out = append(out, seq)
+	}
+	return out
+}
+
+// Sessions returns the session table, nil when the queue has no sessions.
+func (q *Queue) Sessions() *index.Sessions { return q.sessions }
+
+// Timer liveness: an entry is live while the thing it times still holds.
+func (q *Queue) lockLive(t index.Timer) bool {
+	lk, ok := q.locks.Get(t.Key)
+	return ok && lk.Until == t.At
+}
+
+// A deferred message never expires, not even while it is locked after a
+// receive by sequence number, so its expiry entry is stale for good; this
+// keeps the set of live entries independent of when stale ones were dropped.
+func (q *Queue) ttlLive(t index.Timer) bool {
+	m, ok := q.msgs.Get(t.Key)
+	return ok && (m.State == index.Available || m.State == index.Locked && m.Flags&index.FlagDeferred == 0)
+}
+
+func (q *Queue) scheduleLive(t index.Timer) bool {
+	m, ok := q.msgs.Get(t.Key)
+	return ok && m.State == index.Scheduled
+}
+
+func (q *Queue) sessionLive(t index.Timer) bool {
+	s := q.sessions.ByNo(uint32(t.Key))
+	return s != nil && s.Owner != "" && s.LockedUntil == t.At
+}
+
+// ttlActionable: a due expiry can be acted on only while the message is
+// available; a locked message expires when its lock ends.
+func (q *Queue) ttlActionable(t index.Timer) bool {
+	m, ok := q.msgs.Get(t.Key)
+	return ok && m.State == index.Available
+}
+
+// NextDeadline is the earliest time at which a timer (lock expiry,
+// activation, message expiry, session lock expiry) needs a Tick or an
+// Activate, or 0 if none is pending.
+func (e *Entity) NextDeadline() int64 {
+	var next int64
+	consider := func(t index.Timer, ok bool) {
+		if ok && (next == 0 || t.At < next) {
+			next = t.At
+		}
+	}
+	for _, q := range e.queues {
+		consider(q.lockTimers.Earliest(q.lockLive))
+		consider(q.ttlTimers.Earliest(q.ttlActionable))
+		consider(q.scheduleTimers.Earliest(q.scheduleLive))
+		if q.sessions != nil {
+			consider(q.sessionTimers.Earliest(q.sessionLive))
+		}
+	}
+	return next
+}
+
+// DueScheduled returns the scheduled messages of queue no whose activation
+// time is at or before now, in SequenceNumber order. The shell reads each
+// one's record and activates it with an Activate command.
+func (e *Entity) DueScheduled(no uint32, now int64) []uint64 {
+	q := e.Queue(no)
+	if q == nil {
+		return nil
+	}
+	var out []uint64
+	q.scheduleTimers.Due(now, func(t index.Timer) {
+		if q.scheduleLive(t) {
+			out = append(out, t.Key)
+		}
+	})
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// FirstNeeded is the lowest log index the state still reads records from:
+// the oldest message of any queue (a message's modifying records come after
+// it). Everything before it is dead and may be truncated once a snapshot
+// covers it.
+func (e *Entity) FirstNeeded() uint64 {
+	first := e.last + 1
+	for _, q := range e.queues {
+		if !q.all.IsEmpty() {
+			first = min(first, q.all.Minimum())
+		}
+	}
+	return first
+}
