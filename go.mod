@@ -3,17 +3,18 @@ module github.com/walbus/walbus
 go 1.26
 
 require (
-	github.com/Azure/go-amqp v1.7.0 // indirect
-	github.com/RoaringBitmap/roaring/v2 v2.30.0 // indirect
+	github.com/Azure/go-amqp v1.7.0
+	github.com/RoaringBitmap/roaring/v2 v2.30.0
+	github.com/klauspost/compress v1.20.3
+	github.com/tidwall/wal v1.2.1
+)
+
+require (
 	github.com/bits-and-blooms/bitset v1.24.4 // indirect
-	github.com/cockroachdb/datadriven v1.0.3 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/mschoch/smat v0.2.0 // indirect
-	github.com/pmezard/go-difflib v1.0.0 // indirect
 	github.com/tidwall/gjson v1.10.2 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.0 // indirect
 	github.com/tidwall/tinylru v1.1.0 // indirect
-	github.com/tidwall/wal v1.2.1 // indirect
 	golang.org/x/sys v0.30.0 // indirect
 )

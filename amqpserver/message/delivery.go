@@ -1,0 +1,107 @@
+package message
+
+import (
+	"github.com/walbus/walbus/amqpserver/encoding"
+)
+
+// Delivery describes what the broker adds to a stored message when it
+// sends it to a receiver.
+type Delivery struct {
+	// DeliveryCount is the number of earlier unsuccessful deliveries, the
+	// header's delivery-count (§3.2.1; Service Bus sends the count minus
+	// one, and the SDKs add one back).
+	DeliveryCount uint32
+	// TTL, when HasTTL, is the header ttl in milliseconds.
+	TTL    uint32
+	HasTTL bool
+	// LockToken, when HasLockToken, is sent as the delivery annotation
+	// x-opt-lock-token (a uuid), which the Go SDK prefers over the tag.
+	LockToken    encoding.UUID
+	HasLockToken bool
+	// Annotations are set in the message annotations, replacing any client
+	// entry with the same key.
+	Annotations []Annotation
+}
+
+// AppendDelivery writes the payload of a delivery of the stored message s:
+//
+//   - a new header with d's delivery-count and ttl, the other fields copied
+//     from the client's header;
+//   - a delivery-annotations section when d has a lock token (the client's
+//     own delivery annotations were for the previous hop only, §3.2.2);
+//   - a new message-annotations section: the client's entries byte for
+//     byte, except those d overrides, then d's entries;
+//   - the bare message and the footer, copied unchanged (§3.2: the bare
+//     message is immutable).
+//
+// With a dst of sufficient capacity it allocates nothing.
+func AppendDelivery(dst []byte, s *Sections, d *Delivery) ([]byte, error) {
+	h, err := s.ReadHeader()
+	if err != nil {
+		return dst, err
+	}
+	h.DeliveryCount, h.TTL, h.HasTTL = d.DeliveryCount, d.TTL, d.HasTTL
+	dst = AppendHeader(dst, h)
+
+	if d.HasLockToken {
+		dst = appendLockToken(dst, d.LockToken)
+	}
+
+	if dst, err = appendAnnotations(dst, s, d.Annotations); err != nil {
+		return dst, err
+	}
+	return append(dst, s.Raw[s.BareStart():]...), nil
+}
+
+// appendAnnotations writes the merged message-annotations section, or
+// nothing when there is nothing to write.
+func appendAnnotations(dst []byte, s *Sections, set []Annotation) ([]byte, error) {
+	if !s.MessageAnnotations.Present() && len(set) == 0 {
+		return dst, nil
+	}
+	dst = encoding.AppendDescriptor(dst, CodeMessageAnnotations)
+	dst, start := encoding.BeginMap(dst)
+	pairs := 0
+	if s.MessageAnnotations.Present() {
+		it := NewMapIter(s.ValueBytes(s.MessageAnnotations))
+		for it.Next() {
+			if overridden(it.Key(), set) {
+				continue
+			}
+			dst = append(append(dst, it.Key()...), it.Value()...)
+			pairs++
+		}
+		if err := it.Err(); err != nil {
+			return dst, err
+		}
+	}
+	for i := range set {
+		dst = encoding.AppendSymbol(dst, encoding.Symbol(set[i].Key))
+		dst = set[i].Value.AppendTo(dst)
+		pairs++
+	}
+	return encoding.EndMap(dst, start, pairs), nil
+}
+
+func overridden(encodedKey []byte, set []Annotation) bool {
+	text, ok := KeyText(encodedKey)
+	if !ok {
+		return false
+	}
+	for i := range set {
+		if string(text) == set[i].Key {
+			return true
+		}
+	}
+	return false
+}
+
+// appendLockToken writes the delivery-annotations section carrying the
+// lock token.
+func appendLockToken(dst []byte, token encoding.UUID) []byte {
+	dst = encoding.AppendDescriptor(dst, CodeDeliveryAnnotations)
+	dst, start := encoding.BeginMap(dst)
+	dst = encoding.AppendSymbol(dst, AnnotationLockToken)
+	dst = encoding.AppendUUID(dst, token)
+	return encoding.EndMap(dst, start, 1)
+}

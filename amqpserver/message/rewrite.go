@@ -1,0 +1,138 @@
+package message
+
+import (
+	"fmt"
+
+	"github.com/walbus/walbus/amqpserver/encoding"
+)
+
+// Property is an application property to set: a string key (§3.2.5) and a
+// value of any type encoding.AppendAny accepts.
+type Property struct {
+	Key   string
+	Value any
+}
+
+// AppendWithApplicationProperties writes s with its application-properties
+// section replaced by a merge: existing entries stay, in order and byte
+// for byte, unless set overwrites them in place; keys new to the map are
+// added at the end (the last of duplicate keys in set wins). Every other
+// section is copied unchanged. Service Bus merges dead-letter reasons and
+// properties-to-modify this way (servicebus-wire.md §5).
+func AppendWithApplicationProperties(dst []byte, s *Sections, set []Property) ([]byte, error) {
+	insertAt, resumeAt := applicationPropertiesPlace(s)
+	dst = append(dst, s.Raw[:insertAt]...)
+	dst = encoding.AppendDescriptor(dst, CodeApplicationProperties)
+	dst, start := encoding.BeginMap(dst)
+	pairs := 0
+	var existing []byte
+	if s.ApplicationProperties.Present() {
+		existing = s.ValueBytes(s.ApplicationProperties)
+	}
+	it := NewMapIter(existing)
+	var err error
+	for it.Next() {
+		dst = append(dst, it.Key()...)
+		if i := lastProperty(set, it.Key()); i >= 0 {
+			if dst, err = encoding.AppendAny(dst, set[i].Value); err != nil {
+				return dst, fmt.Errorf("application property %q: %w", set[i].Key, err)
+			}
+		} else {
+			dst = append(dst, it.Value()...)
+		}
+		pairs++
+	}
+	if err := it.Err(); err != nil {
+		return dst, err
+	}
+	for i := range set {
+		if supersededLater(set, i) {
+			continue
+		}
+		if _, found, _ := FindMapValue(existing, set[i].Key); found {
+			continue
+		}
+		dst = encoding.AppendString(dst, set[i].Key)
+		if dst, err = encoding.AppendAny(dst, set[i].Value); err != nil {
+			return dst, fmt.Errorf("application property %q: %w", set[i].Key, err)
+		}
+		pairs++
+	}
+	dst = encoding.EndMap(dst, start, pairs)
+	return append(dst, s.Raw[resumeAt:]...), nil
+}
+
+// applicationPropertiesPlace says which bytes the new section replaces:
+// the old section, or nothing at its place in the grammar (after the
+// properties, before the body).
+func applicationPropertiesPlace(s *Sections) (insertAt, resumeAt int) {
+	switch {
+	case s.ApplicationProperties.Present():
+		return s.ApplicationProperties.Start, s.ApplicationProperties.End
+	case s.Properties.Present():
+		return s.Properties.End, s.Properties.End
+	}
+	at := s.BareStart()
+	return at, at
+}
+
+// lastProperty finds the last entry of set whose key matches an encoded
+// map key.
+func lastProperty(set []Property, encodedKey []byte) int {
+	text, ok := KeyText(encodedKey)
+	if !ok {
+		return -1
+	}
+	for i := len(set) - 1; i >= 0; i-- {
+		if set[i].Key == string(text) {
+			return i
+		}
+	}
+	return -1
+}
+
+func supersededLater(set []Property, i int) bool {
+	for j := i + 1; j < len(set); j++ {
+		if set[j].Key == set[i].Key {
+			return true
+		}
+	}
+	return false
+}
+
+// AppendWithMessageID writes s with id as its message-id when the client
+// sent none (Service Bus assigns one; the Go SDK sends null and its tests
+// expect an id back). The properties section is rebuilt with the id in
+// field 0 and the other fields copied byte for byte, or created when
+// absent. When s already has a message-id nothing is appended and changed
+// is false: the stored bytes can be kept as they are.
+func AppendWithMessageID(dst []byte, s *Sections, id string) (out []byte, changed bool, err error) {
+	if !s.Properties.Present() {
+		at := s.BareStart()
+		dst = append(dst, s.Raw[:at]...)
+		dst = AppendProperties(dst, &Properties{MessageID: StringID(id)})
+		return append(dst, s.Raw[at:]...), true, nil
+	}
+	r := encoding.NewReader(s.ValueBytes(s.Properties))
+	count, end, err := r.ReadListHeader()
+	if err != nil {
+		return dst, false, err
+	}
+	if count > 0 && !r.IsNull() {
+		return dst, false, nil
+	}
+	rest := r.Offset() // the fields after message-id start here...
+	if count > 0 {
+		rest++ // ...after the null that held its place
+	} else {
+		count = 1
+	}
+	base := s.Properties.Value
+	dst = append(dst, s.Raw[:s.Properties.Start]...)
+	dst = encoding.AppendDescriptor(dst, CodeProperties)
+	dst, start := encoding.BeginList(dst)
+	dst = encoding.AppendString(dst, id)
+	dst = append(dst, s.Raw[base+rest:base+end]...)
+	dst = encoding.EndList(dst, start, count)
+	return append(dst, s.Raw[s.Properties.End:]...), true, nil
+}

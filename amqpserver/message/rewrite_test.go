@@ -1,0 +1,127 @@
+package message
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+
+	amqp "github.com/Azure/go-amqp"
+	"github.com/walbus/walbus/amqpserver/encoding"
+)
+
+func TestMergeApplicationProperties(t *testing.T) {
+	in := clientMessage()
+	in.ApplicationProperties = map[string]any{"keep": int64(1), "DeadLetterReason": "old", "n": "x"}
+	sent := marshal(t, in)
+	s := mustParse(t, sent)
+	out, err := AppendWithApplicationProperties([]byte{0xee}, &s, []Property{
+		{Key: "DeadLetterReason", Value: "first"},
+		{Key: "DeadLetterReason", Value: "expired"},
+		{Key: "DeadLetterErrorDescription", Value: "too old"},
+		{Key: "added", Value: int32(7)},
+		{Key: "added", Value: int32(8)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0] != 0xee {
+		t.Fatal("prefix lost")
+	}
+	out = out[1:]
+	got := unmarshal(t, out)
+	want := map[string]any{"keep": int64(1), "DeadLetterReason": "expired", "n": "x", "DeadLetterErrorDescription": "too old", "added": int32(8)}
+	if !reflect.DeepEqual(got.ApplicationProperties, want) {
+		t.Errorf("got %#v", got.ApplicationProperties)
+	}
+	s2 := mustParse(t, out)
+	for _, c := range []struct {
+		name      string
+		old, new_ Span
+	}{
+		{"header", s.Header, s2.Header}, {"message-annotations", s.MessageAnnotations, s2.MessageAnnotations},
+		{"properties", s.Properties, s2.Properties}, {"body", s.Body, s2.Body},
+	} {
+		if !bytes.Equal(s.Bytes(c.old), s2.Bytes(c.new_)) {
+			t.Errorf("%s changed", c.name)
+		}
+	}
+	// Untouched entries keep their exact bytes and order.
+	it := NewMapIter(s2.ValueBytes(s2.ApplicationProperties))
+	var keys []string
+	for it.Next() {
+		k, _ := KeyText(it.Key())
+		keys = append(keys, string(k))
+	}
+	if len(keys) != 5 || keys[3] != "DeadLetterErrorDescription" || keys[4] != "added" {
+		t.Errorf("key order %q", keys)
+	}
+	oldKeep, _, _ := s.ApplicationProperty("keep")
+	newKeep, _, _ := s2.ApplicationProperty("keep")
+	if !bytes.Equal(oldKeep, newKeep) {
+		t.Error("kept entry re-encoded")
+	}
+}
+
+func TestMergeInsertsMissingSection(t *testing.T) {
+	for name, m := range map[string]*amqp.Message{
+		"after properties":       {Properties: &amqp.MessageProperties{MessageID: "m"}, Data: [][]byte{[]byte("b")}},
+		"before body":            {Annotations: amqp.Annotations{"x-opt-a": "b"}, Value: "v"},
+		"bodyless before footer": {Header: &amqp.MessageHeader{Priority: 4}, Footer: amqp.Annotations{"x-opt-f": "f"}},
+	} {
+		s := mustParse(t, marshal(t, m))
+		out, err := AppendWithApplicationProperties(nil, &s, []Property{{Key: "DeadLetterReason", Value: "r"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := unmarshal(t, out)
+		if got.ApplicationProperties["DeadLetterReason"] != "r" {
+			t.Errorf("%s: %#v", name, got.ApplicationProperties)
+		}
+		if _, err := Parse(out); err != nil {
+			t.Errorf("%s: result does not parse: %v", name, err)
+		}
+	}
+}
+
+func TestMergeRejectsUnencodableValue(t *testing.T) {
+	s := mustParse(t, marshal(t, clientMessage()))
+	if _, err := AppendWithApplicationProperties(nil, &s, []Property{{Key: "k", Value: struct{}{}}}); !errors.Is(err, encoding.ErrUnsupportedValue) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestAssignMessageID(t *testing.T) {
+	cases := map[string]*amqp.Message{
+		"no properties":    {Data: [][]byte{[]byte("b")}, ApplicationProperties: map[string]any{"a": int64(1)}},
+		"null message-id":  {Properties: &amqp.MessageProperties{To: ptr("q"), GroupID: ptr("g")}, Data: [][]byte{[]byte("b")}},
+		"empty properties": {Properties: &amqp.MessageProperties{}, Value: "v"},
+		"annotations only": {Annotations: amqp.Annotations{"x-opt-a": "b"}},
+	}
+	for name, m := range cases {
+		sent := marshal(t, m)
+		s := mustParse(t, sent)
+		out, changed, err := AppendWithMessageID(nil, &s, "assigned-1")
+		if err != nil || !changed {
+			t.Fatalf("%s: %v %v", name, changed, err)
+		}
+		got := unmarshal(t, out)
+		if got.Properties == nil || got.Properties.MessageID != "assigned-1" {
+			t.Errorf("%s: message id %#v", name, got.Properties)
+		}
+		before := unmarshal(t, sent)
+		if before.Properties == nil {
+			before.Properties = &amqp.MessageProperties{}
+		}
+		before.Properties.MessageID = "assigned-1"
+		if !reflect.DeepEqual(got, before) {
+			t.Errorf("%s: other fields changed:\n%#v\n%#v", name, got, before)
+		}
+	}
+
+	s := mustParse(t, marshal(t, clientMessage()))
+	out, changed, err := AppendWithMessageID([]byte{1}, &s, "ignored")
+	if err != nil || changed || !bytes.Equal(out, []byte{1}) {
+		t.Fatalf("existing id: %v %v % x", changed, err, out)
+	}
+}
