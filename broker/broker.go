@@ -1,0 +1,487 @@
+// Package broker is walbus's runtime shell around the pure projection: one
+// actor goroutine per entity sequences its commands, appends the events
+// through group commit, applies them, and releases effects (acknowledgements,
+// deliveries, timers) once the log says they are durable. The namespace log
+// records which entities exist.
+package broker
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/projection"
+	"github.com/walbus/walbus/snapshot"
+)
+
+// Options configure a Broker.
+type Options struct {
+	Dir          string
+	Sync         log.SyncPolicy
+	SyncInterval time.Duration
+	SegmentSize  int
+	// Repair lets recovery cut a log at damage in its last segment instead
+	// of refusing to start.
+	Repair bool
+	Clock  Clock
+	Logger *slog.Logger
+	// A snapshot is taken after SnapshotEvery events or SnapshotBytes of
+	// log since the last one, whichever comes first.
+	SnapshotEvery int
+	SnapshotBytes int64
+	// CacheBytes is each entity's budget for message bodies kept in memory.
+	CacheBytes int64
+	// Seed, if not 0, makes lock tokens reproducible (tests only).
+	Seed uint64
+	// OnCommit, if set, is told about every group commit of every entity
+	// log (metrics). It runs on the log's writer goroutine.
+	OnCommit func(entity string, s log.CommitStats)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Dir == "" {
+		o.Dir = "data"
+	}
+	if o.Clock == nil {
+		o.Clock = SystemClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.SnapshotEvery <= 0 {
+		o.SnapshotEvery = 200_000
+	}
+	if o.SnapshotBytes <= 0 {
+		o.SnapshotBytes = 256 << 20
+	}
+	if o.CacheBytes <= 0 {
+		o.CacheBytes = 32 << 20
+	}
+	return o
+}
+
+// Broker owns the namespace and its entities.
+type Broker struct {
+	opts   Options
+	clock  Clock
+	logger *slog.Logger
+	ns     *log.Log
+
+	mu       sync.RWMutex
+	entities map[string]*Entity // by lower-case name
+	closed   bool
+}
+
+// Errors about entities.
+var (
+	ErrEntityNotFound = errors.New("the messaging entity could not be found")
+	ErrEntityExists   = errors.New("the messaging entity already exists")
+	ErrBadName        = errors.New("invalid entity name")
+)
+
+// entitySpec is what the namespace log records about an entity.
+type entitySpec struct {
+	Kind   string            `json:"kind"`
+	Config projection.Config `json:"config"`
+}
+
+// Recovery reports what Open did.
+type Recovery struct {
+	Entities []EntityRecovery
+	Took     time.Duration
+}
+
+// EntityRecovery reports how one entity was rebuilt.
+type EntityRecovery struct {
+	Name     string
+	Snapshot uint64 // index of the snapshot loaded, 0 if none
+	Skipped  []snapshot.Skipped
+	Replayed int // events replayed after the snapshot
+	Repair   log.TailRepair
+	Took     time.Duration
+}
+
+// Open opens (or creates) the broker in opts.Dir and recovers every entity:
+// its newest valid snapshot, then its log after it.
+func Open(opts Options) (*Broker, Recovery, error) {
+	start := time.Now()
+	opts = opts.withDefaults()
+	b := &Broker{opts: opts, clock: opts.Clock, logger: opts.Logger, entities: make(map[string]*Entity)}
+	var rec Recovery
+	ns, rep, err := log.Open(filepath.Join(opts.Dir, "namespace"), b.logOptions(nil))
+	if err != nil {
+		return nil, rec, fmt.Errorf("open namespace log: %w", err)
+	}
+	if rep.Repair.Bytes > 0 {
+		b.logger.Warn("namespace log tail repaired", "repair", rep.Repair.String())
+	}
+	b.ns = ns
+	specs := map[uint64]string{} // live entity ids -> name
+	cfgs := map[uint64]entitySpec{}
+	err = ns.Scan(1, func(ev *log.Event) error {
+		switch ev.Type {
+		case log.EntityCreated, log.EntityUpdated:
+			var spec entitySpec
+			if err := json.Unmarshal(ev.Props, &spec); err != nil {
+				return fmt.Errorf("namespace event %d: %w", ev.Index, err)
+			}
+			id := ev.Index
+			if ev.Type == log.EntityUpdated {
+				id = idOf(specs, ev.Name)
+			}
+			specs[id], cfgs[id] = ev.Name, spec
+		case log.EntityDeleted:
+			id := idOf(specs, ev.Name)
+			delete(specs, id)
+			delete(cfgs, id)
+		}
+		return nil
+	})
+	if err != nil {
+		ns.Close()
+		return nil, rec, fmt.Errorf("read namespace log: %w", err)
+	}
+	if err := b.removeOrphans(specs); err != nil {
+		ns.Close()
+		return nil, rec, err
+	}
+	ids := slices.Sorted(func(yield func(uint64) bool) {
+		for id := range specs {
+			if !yield(id) {
+				return
+			}
+		}
+	})
+	for _, id := range ids {
+		cfg := cfgs[id].Config
+		e, er, err := b.openEntity(specs[id], id, cfg)
+		if err != nil {
+			b.Close()
+			return nil, rec, err
+		}
+		rec.Entities = append(rec.Entities, er)
+		b.entities[strings.ToLower(e.name)] = e
+	}
+	rec.Took = time.Since(start)
+	return b, rec, nil
+}
+
+func idOf(specs map[uint64]string, name string) uint64 {
+	for id, n := range specs {
+		if strings.EqualFold(n, name) {
+			return id
+		}
+	}
+	return 0
+}
+
+// removeOrphans deletes entity directories the namespace no longer lists: a
+// crash between recording a deletion and removing the files.
+func (b *Broker) removeOrphans(live map[uint64]string) error {
+	dir := filepath.Join(b.opts.Dir, "entities")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, ent := range ents {
+		id, err := strconv.ParseUint(ent.Name(), 10, 64)
+		if err != nil || live[id] != "" {
+			continue
+		}
+		b.logger.Info("removing files of a deleted entity", "dir", ent.Name())
+		if err := os.RemoveAll(filepath.Join(dir, ent.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Broker) logOptions(onCommit func(log.CommitStats)) log.Options {
+	return log.Options{Sync: b.opts.Sync, SyncInterval: b.opts.SyncInterval, SegmentSize: b.opts.SegmentSize,
+		Repair: b.opts.Repair, OnCommit: onCommit}
+}
+
+func (b *Broker) entityDir(id uint64) string {
+	return filepath.Join(b.opts.Dir, "entities", fmt.Sprintf("%020d", id))
+}
+
+// openEntity recovers (or creates) the entity with the given namespace id
+// and starts its actor. cfg configures the entity if its own log does not
+// yet say it was created.
+func (b *Broker) openEntity(name string, id uint64, cfg projection.Config) (*Entity, EntityRecovery, error) {
+	start := time.Now()
+	rec := EntityRecovery{Name: name}
+	dir := b.entityDir(id)
+	e := &Entity{
+		b:         b,
+		name:      name,
+		id:        id,
+		dir:       dir,
+		reqs:      make(chan func(*Entity), 1024),
+		wake:      make(chan struct{}, 1),
+		quit:      make(chan struct{}),
+		done:      make(chan struct{}),
+		cache:     newBodyCache(b.opts.CacheBytes),
+		receivers: make(map[*Receiver]struct{}),
+		rng:       mrand.New(mrand.NewChaCha8(b.seed(id))),
+	}
+	l, rep, err := log.Open(filepath.Join(dir, "log"), b.logOptions(func(s log.CommitStats) {
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+		if b.opts.OnCommit != nil {
+			b.opts.OnCommit(name, s)
+		}
+	}))
+	if err != nil {
+		return nil, rec, fmt.Errorf("entity %s: %w", name, err)
+	}
+	e.log = l
+	rec.Repair = rep.Repair
+	if rep.Repair.Bytes > 0 {
+		b.logger.Warn("log tail repaired", "entity", name, "repair", rep.Repair.String())
+	}
+
+	st, info, skipped, err := snapshot.Load(filepath.Join(dir, "snapshots"), func(index uint64) error {
+		if index+1 < l.FirstIndex() || index > l.LastIndex() {
+			return fmt.Errorf("snapshot at %d does not fit the log (%d-%d)", index, l.FirstIndex(), l.LastIndex())
+		}
+		return nil
+	})
+	rec.Skipped = skipped
+	for _, s := range skipped {
+		b.logger.Warn("snapshot skipped", "entity", name, "path", s.Info.Path, "err", s.Err)
+	}
+	if err != nil {
+		l.Close()
+		return nil, rec, fmt.Errorf("entity %s: %w", name, err)
+	}
+	from := uint64(1)
+	if st != nil {
+		rec.Snapshot, from = info.Index, info.Index+1
+		e.snap.lastIndex = info.Index
+	} else {
+		st = projection.New()
+		if l.FirstIndex() > 1 {
+			l.Close()
+			return nil, rec, fmt.Errorf("entity %s: the log starts at %d and no snapshot covers the events before it", name, l.FirstIndex())
+		}
+	}
+	err = l.Scan(from, func(ev *log.Event) error {
+		rec.Replayed++
+		return st.Apply(ev)
+	})
+	if err != nil {
+		l.Close()
+		return nil, rec, fmt.Errorf("entity %s: replay: %w", name, err)
+	}
+	e.st = st
+	e.durable = l.DurableIndex()
+	e.snap.bytesAt = l.Bytes()
+	e.start()
+	if !st.Created() {
+		if err := e.configure(cfg); err != nil {
+			e.close(false)
+			return nil, rec, err
+		}
+	}
+	rec.Took = time.Since(start)
+	b.logger.Info("entity recovered", "entity", name, "snapshot", rec.Snapshot, "replayed", rec.Replayed,
+		"took", rec.Took, "tail_repair", rep.Repair.String())
+	return e, rec, nil
+}
+
+// seed returns the seed of an entity's lock-token generator.
+func (b *Broker) seed(id uint64) [32]byte {
+	var s [32]byte
+	if b.opts.Seed == 0 {
+		rand.Read(s[:])
+	} else {
+		binary.BigEndian.PutUint64(s[:], b.opts.Seed)
+		binary.BigEndian.PutUint64(s[8:], id)
+	}
+	return s
+}
+
+// configure records cfg in the entity's own log and waits until durable.
+func (e *Entity) configure(cfg projection.Config) error {
+	ch := make(chan error, 1)
+	e.do(func(err error) { ch <- err }, func(e *Entity) ([]log.Event, error) {
+		return e.decide(projection.Configure{Name: e.name, Config: cfg})
+	})
+	return <-ch
+}
+
+// appendNamespace records an entity event in the namespace log and waits
+// until durable; it returns the event's index.
+func (b *Broker) appendNamespace(ev log.Event) (uint64, error) {
+	ev.Time = b.clock.Now().UnixNano()
+	ch := make(chan error, 1)
+	evs := []log.Event{ev}
+	if _, err := b.ns.Append(evs, func(err error) { ch <- err }); err != nil {
+		return 0, err
+	}
+	return evs[0].Index, <-ch
+}
+
+// ValidateName checks an entity name against Service Bus's rules: up to 260
+// letters, digits, periods, hyphens, underscores and slashes, starting and
+// ending with a letter or digit.
+func ValidateName(name string) error {
+	if name == "" || len(name) > 260 {
+		return fmt.Errorf("%w %q: length must be 1 to 260", ErrBadName, name)
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !alnum(c) && !strings.ContainsRune("._-/", rune(c)) {
+			return fmt.Errorf("%w %q: %q is not allowed", ErrBadName, name, c)
+		}
+	}
+	if !alnum(name[0]) || !alnum(name[len(name)-1]) {
+		return fmt.Errorf("%w %q: must start and end with a letter or digit", ErrBadName, name)
+	}
+	if strings.Contains(name, "//") {
+		return fmt.Errorf("%w %q: empty path segment", ErrBadName, name)
+	}
+	return nil
+}
+
+// CreateQueue creates a queue. It fails with ErrEntityExists if an entity of
+// that name (compared without case) exists.
+func (b *Broker) CreateQueue(name string, cfg projection.Config) (*Entity, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", projection.ErrInvalid, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	if _, ok := b.entities[strings.ToLower(name)]; ok {
+		return nil, fmt.Errorf("%w: %s", ErrEntityExists, name)
+	}
+	spec, _ := json.Marshal(entitySpec{Kind: "queue", Config: cfg})
+	id, err := b.appendNamespace(log.Event{Type: log.EntityCreated, Name: name, Props: spec})
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", name, err)
+	}
+	e, _, err := b.openEntity(name, id, cfg)
+	if err != nil {
+		return nil, err
+	}
+	b.entities[strings.ToLower(name)] = e
+	b.logger.Info("entity created", "entity", name)
+	return e, nil
+}
+
+// UpdateQueue changes a queue's config.
+func (b *Broker) UpdateQueue(name string, cfg projection.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", projection.ErrInvalid, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.entities[strings.ToLower(name)]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrEntityNotFound, name)
+	}
+	// The entity's log decides first (it refuses changes Service Bus
+	// forbids); the namespace log follows.
+	if err := e.configure(cfg); err != nil {
+		return err
+	}
+	spec, _ := json.Marshal(entitySpec{Kind: "queue", Config: cfg})
+	_, err := b.appendNamespace(log.Event{Type: log.EntityUpdated, Name: e.name, Props: spec})
+	return err
+}
+
+// DeleteEntity deletes an entity and its data.
+func (b *Broker) DeleteEntity(name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.entities[strings.ToLower(name)]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrEntityNotFound, name)
+	}
+	if _, err := b.appendNamespace(log.Event{Type: log.EntityDeleted, Name: e.name}); err != nil {
+		return err
+	}
+	delete(b.entities, strings.ToLower(name))
+	e.close(false)
+	b.logger.Info("entity deleted", "entity", e.name)
+	return os.RemoveAll(e.dir)
+}
+
+// Entity returns the entity called name (compared without case).
+func (b *Broker) Entity(name string) (*Entity, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if e, ok := b.entities[strings.ToLower(name)]; ok {
+		return e, nil
+	}
+	return nil, fmt.Errorf("%w: %s", ErrEntityNotFound, name)
+}
+
+// Entities returns every entity, ordered by name.
+func (b *Broker) Entities() []*Entity {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make([]*Entity, 0, len(b.entities))
+	for _, e := range b.entities {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b *Entity) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// Close stops every entity, writing a final snapshot of each, and closes
+// the logs.
+func (b *Broker) Close() error { return b.shutdown(true) }
+
+// shutdown stops the broker; graceful writes final snapshots.
+func (b *Broker) shutdown(graceful bool) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	entities := make([]*Entity, 0, len(b.entities))
+	for _, e := range b.entities {
+		entities = append(entities, e)
+	}
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make([]error, len(entities))
+	for i, e := range entities {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.close(graceful)
+		}()
+	}
+	wg.Wait()
+	errs = append(errs, b.ns.Close())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,244 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/projection"
+)
+
+func openBroker(t *testing.T, opts Options) *Broker {
+	t.Helper()
+	b, _, err := Open(opts)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return b
+}
+
+func sendSync(t *testing.T, e *Entity, msgs ...projection.Message) {
+	t.Helper()
+	ch := make(chan error, 1)
+	e.Send(log.MainQueue, msgs, func(err error) { ch <- err })
+	if err := <-ch; err != nil {
+		t.Fatalf("send: %v", err)
+	}
+}
+
+// Concurrent senders and receivers: every message is delivered and
+// completed exactly once, with the race detector watching.
+func TestConcurrentSendReceiveComplete(t *testing.T) {
+	b := openBroker(t, Options{Dir: t.TempDir()})
+	defer b.Close()
+	e, err := b.CreateQueue("work", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const senders, perSender, receivers = 4, 300, 3
+	total := senders * perSender
+
+	var mu sync.Mutex
+	completed := map[string]int{}
+	done := make(chan struct{})
+	for i := range receivers {
+		var r *Receiver
+		deliveries := make(chan Delivery, 1024)
+		r, err := e.Attach(ReceiverOptions{Name: fmt.Sprint("r", i), Deliver: func(d Delivery) { deliveries <- d }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			limit := uint64(50)
+			r.SetLimit(limit)
+			for {
+				select {
+				case d := <-deliveries:
+					ch := make(chan error, 1)
+					e.Settle(log.MainQueue, Settlement{Token: d.Token, Outcome: projection.Complete}, func(err error) { ch <- err })
+					if err := <-ch; err != nil {
+						t.Errorf("complete %d: %v", d.Seq, err)
+					}
+					limit++
+					r.SetLimit(limit)
+					mu.Lock()
+					completed[d.MessageID]++
+					if len(completed) == total {
+						close(done)
+					}
+					mu.Unlock()
+				case <-done:
+					return
+				}
+			}
+		}()
+	}
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perSender {
+				ch := make(chan error, 1)
+				e.Send(log.MainQueue, []projection.Message{{MessageID: fmt.Sprintf("%d-%d", s, i), Body: []byte("x")}},
+					func(err error) { ch <- err })
+				if err := <-ch; err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("only %d of %d completed", len(completed), total)
+	}
+	for id, n := range completed {
+		if n != 1 {
+			t.Errorf("%s completed %d times", id, n)
+		}
+	}
+	c, _ := e.Counts(log.MainQueue)
+	if c.Total != 0 {
+		t.Fatalf("left over: %+v", c)
+	}
+}
+
+// Once snapshots cover them, segments holding only settled messages are
+// truncated, so disk use follows the live backlog; a deferred message pins
+// the front until it is settled.
+func TestLogFollowsBacklog(t *testing.T) {
+	dir := t.TempDir()
+	b := openBroker(t, Options{Dir: dir, SegmentSize: 8 << 10, SnapshotEvery: 200})
+	e, err := b.CreateQueue("q", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliveries := make(chan Delivery, 4096)
+	r, _ := e.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { deliveries <- d }})
+	r.SetLimit(1 << 40)
+	settle := func(d Delivery, o projection.Outcome) {
+		ch := make(chan error, 1)
+		e.Settle(log.MainQueue, Settlement{Token: d.Token, Outcome: o}, func(err error) { ch <- err })
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	round := func(n int, firstOutcome projection.Outcome) {
+		for i := range n {
+			sendSync(t, e, projection.Message{Body: make([]byte, 200), MessageID: fmt.Sprint(i)})
+			d := <-deliveries
+			o := projection.Complete
+			if i == 0 {
+				o = firstOutcome
+			}
+			settle(d, o)
+		}
+	}
+	round(2000, projection.Defer) // the first message is deferred: it pins the log
+	e.Sync()
+	pinned := e.Bytes()
+	first := e.log.FirstIndex()
+	if first > 2 {
+		t.Fatalf("log truncated past a deferred message: first index %d", first)
+	}
+	if pinned < 300_000 {
+		t.Fatalf("expected the pinned log to keep everything, %d bytes", pinned)
+	}
+
+	// Settle the deferred message: now everything before the live backlog
+	// is dead and goes at the next snapshots.
+	ch := make(chan []Delivery, 1)
+	e.ReceiveDeferred(log.MainQueue, "mgmt", "", []uint64{2}, PeekLock, func(ds []Delivery, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- ds
+	})
+	settle((<-ch)[0], projection.Complete)
+	round(600, projection.Complete)
+	e.Sync()
+	// Snapshots are written in the background; wait for the truncation.
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Bytes() > pinned/4 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		e.Sync()
+	}
+	if e.Bytes() > pinned/4 {
+		t.Fatalf("log still %d bytes (was %d) with an empty queue", e.Bytes(), pinned)
+	}
+
+	// The truncated log plus snapshots recovers.
+	sendSync(t, e, projection.Message{Body: []byte("after"), MessageID: "after"})
+	b.Close()
+	b = openBroker(t, Options{Dir: dir, SegmentSize: 8 << 10, SnapshotEvery: 200})
+	defer b.Close()
+	e, _ = b.Entity("q")
+	ds, err := e.Peek(log.MainQueue, 1, 10)
+	if err != nil || len(ds) != 1 || string(ds[0].Message) != "after" {
+		t.Fatalf("after recovery: %v %v", ds, err)
+	}
+}
+
+func TestEntityLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	b := openBroker(t, Options{Dir: dir})
+	if _, err := b.CreateQueue("Orders", projection.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateQueue("orders", projection.DefaultConfig()); !errors.Is(err, ErrEntityExists) {
+		t.Fatalf("second create: %v", err)
+	}
+	for _, bad := range []string{"", "-x", "a b", "x/", "a//b", "$x"} {
+		if _, err := b.CreateQueue(bad, projection.DefaultConfig()); !errors.Is(err, ErrBadName) {
+			t.Errorf("name %q accepted: %v", bad, err)
+		}
+	}
+	e, err := b.Entity("ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendSync(t, e, projection.Message{Body: []byte("1")})
+	cfg := projection.DefaultConfig()
+	cfg.MaxDeliveryCount = 3
+	if err := b.UpdateQueue("orders", cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.RequiresSession = true
+	if err := b.UpdateQueue("orders", cfg); !errors.Is(err, projection.ErrNotAllowed) {
+		t.Fatalf("enabling sessions after creation: %v", err)
+	}
+	if _, err := b.CreateQueue("gone", projection.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeleteEntity("gone"); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+
+	// Everything, including the update and the deletion, is in the
+	// namespace log.
+	b = openBroker(t, Options{Dir: dir})
+	defer b.Close()
+	if _, err := b.Entity("gone"); !errors.Is(err, ErrEntityNotFound) {
+		t.Fatalf("deleted entity back: %v", err)
+	}
+	e, err = b.Entity("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.Config(); got.MaxDeliveryCount != 3 {
+		t.Fatalf("config after restart: %+v", got)
+	}
+	if c, _ := e.Counts(log.MainQueue); c.Total != 1 {
+		t.Fatalf("counts after restart: %+v", c)
+	}
+	if names := b.Entities(); len(names) != 1 || names[0].Name() != "Orders" {
+		t.Fatalf("entities: %v", names)
+	}
+}

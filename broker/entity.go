@@ -1,0 +1,427 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/projection"
+	"github.com/walbus/walbus/snapshot"
+)
+
+// Entity is the runtime of one queue: an actor goroutine that owns the
+// entity's projection and log. Every operation is a request the actor runs
+// in turn: Decide, append through group commit, Apply at once (so the next
+// request sees the change), and release effects (acknowledgements,
+// deliveries of new messages) only once the log says the events are
+// durable. Locks are the exception: deliveries of already durable messages
+// go out as soon as their Locked event is appended, since losing a lock in a
+// crash only means the message is delivered again.
+type Entity struct {
+	b    *Broker
+	name string
+	id   uint64
+	dir  string
+	log  *log.Log
+
+	reqs chan func(*Entity)
+	wake chan struct{} // the log made progress
+	quit chan struct{}
+	done chan struct{}
+
+	// Owned by the actor goroutine.
+	st        *projection.Entity
+	durable   uint64 // index the log reports durable; messages above are not handed out
+	cache     *bodyCache
+	credit    creditQueue
+	receivers map[*Receiver]struct{}
+	waiters   []*sessionWaiter
+	timer     Timer
+	timerAt   int64
+	rng       *rand.Rand
+	failed    error // sticky: the log failed
+	nextID    uint64
+	syncs     []chan error // Sync calls waiting for the end of the batch
+
+	snap snapshotState
+
+	closeOnce sync.Once
+}
+
+// snapshotState tracks when the next snapshot is due and the one being
+// written.
+type snapshotState struct {
+	lastIndex uint64 // index of the last snapshot written
+	sinceLast int    // events applied since
+	bytesAt   int64  // log size at the last snapshot
+	running   bool
+	after     []func() // to run on the actor when the running one ends
+}
+
+// ErrClosed is returned by operations on a closed or deleted entity.
+var ErrClosed = errors.New("the entity is closed")
+
+func (e *Entity) Name() string { return e.name }
+
+// post queues a request for the actor. It returns ErrClosed if the entity
+// is gone.
+func (e *Entity) post(f func(*Entity)) error {
+	select {
+	case <-e.quit:
+		return ErrClosed
+	default:
+	}
+	select {
+	case e.reqs <- f:
+		return nil
+	case <-e.quit:
+		return ErrClosed
+	}
+}
+
+// call runs f on the actor and waits for it.
+func call[T any](e *Entity, f func(*Entity) (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	if err := e.post(func(e *Entity) {
+		v, err := f(e)
+		ch <- result{v, err}
+	}); err != nil {
+		var zero T
+		return zero, err
+	}
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-e.done:
+		var zero T
+		return zero, ErrClosed
+	}
+}
+
+func (e *Entity) start() {
+	go e.run()
+}
+
+func (e *Entity) run() {
+	defer close(e.done)
+	for {
+		select {
+		case f := <-e.reqs:
+			f(e)
+			// Take whatever else is queued before the follow-up work, so a
+			// burst of sends shares one dispatch and one timer update.
+		drain:
+			for range 256 {
+				select {
+				case f := <-e.reqs:
+					f(e)
+				default:
+					break drain
+				}
+			}
+		case <-e.wake:
+			e.durable = e.log.DurableIndex()
+		case <-e.quit:
+			e.stop()
+			return
+		}
+		e.settleDown()
+	}
+}
+
+// settleDown runs after every batch of requests: hand out what the new state
+// allows, re-arm the timer, and take a snapshot when one is due.
+func (e *Entity) settleDown() {
+	if e.failed == nil {
+		e.durable = e.log.DurableIndex()
+		e.cache.evict(e.durable)
+		e.retryWaiters()
+		e.dispatch()
+		e.armTimer()
+		e.maybeSnapshot()
+	}
+	for _, ch := range e.syncs {
+		if e.failed != nil {
+			ch <- e.failed
+		} else if _, err := e.log.Append(nil, func(err error) { ch <- err }); err != nil {
+			ch <- err
+		}
+	}
+	e.syncs = e.syncs[:0]
+}
+
+// now is the broker clock, kept monotonic per entity so event times never go
+// backwards in the log.
+func (e *Entity) now() int64 {
+	return max(e.b.clock.Now().UnixNano(), e.st.LastTime())
+}
+
+// check returns the reason the entity cannot take writes, if any.
+func (e *Entity) check() error {
+	if e.failed != nil {
+		return e.failed
+	}
+	return nil
+}
+
+// decide runs Decide on the current state at the current time.
+func (e *Entity) decide(cmd projection.Command) ([]log.Event, error) {
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	return e.st.Decide(cmd, e.now())
+}
+
+// commit appends evs as one atomic group, applies them, and calls done (if
+// not nil) once they are durable. done runs on the log's writer goroutine
+// and must not block.
+func (e *Entity) commit(evs []log.Event, done func(error)) error {
+	if len(evs) == 0 && done == nil {
+		return nil
+	}
+	if _, err := e.log.Append(evs, done); err != nil {
+		e.fail(err)
+		return e.failed
+	}
+	for i := range evs {
+		ev := &evs[i]
+		if err := e.st.Apply(ev); err != nil {
+			// Decide produced an event Apply rejects: a bug. The log holds
+			// it, so replay would hit it too; stop here and say so.
+			e.fail(fmt.Errorf("apply %s %d: %w", ev.Type, ev.Index, err))
+			return e.failed
+		}
+		e.trackCache(ev)
+	}
+	e.snap.sinceLast += len(evs)
+	return nil
+}
+
+// trackCache keeps message records in the body cache and drops those of
+// messages that are gone.
+func (e *Entity) trackCache(ev *log.Event) {
+	switch ev.Type {
+	case log.Enqueued, log.Scheduled, log.Activated:
+		e.cache.add(*ev)
+		if ev.Type == log.Activated {
+			e.cache.remove(ev.Seq)
+		}
+	case log.Abandoned, log.Deferred, log.DeadLettered:
+		if len(ev.Props) > 0 || ev.Type == log.DeadLettered {
+			e.cache.add(*ev) // an overlay: read back with its message
+		}
+	case log.Completed, log.Expired, log.ReceivedAndDeleted, log.ScheduleCancelled:
+		e.cache.remove(ev.Seq)
+	}
+}
+
+// fail makes the entity refuse further work: its in-memory state may be
+// ahead of its log. Recovery is reopening the entity, which replays the log.
+func (e *Entity) fail(err error) {
+	if e.failed == nil {
+		e.failed = fmt.Errorf("entity %s: %w", e.name, err)
+		e.b.logger.Error("entity failed; it needs reopening", "entity", e.name, "err", err)
+		for r := range e.receivers {
+			r.fail(e.failed)
+		}
+	}
+}
+
+// record returns the log record at index (a message or an overlay), from
+// the cache or the log.
+func (e *Entity) record(index uint64, pos log.Position) (log.Event, error) {
+	if ev, ok := e.cache.get(index); ok {
+		return ev, nil
+	}
+	ev, _, err := e.log.ReadAt(index, pos, nil)
+	return ev, err
+}
+
+func (e *Entity) armTimer() {
+	at := e.st.NextDeadline()
+	for _, w := range e.waiters {
+		if at == 0 || w.deadline < at {
+			at = w.deadline
+		}
+	}
+	if at == e.timerAt {
+		return
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+	e.timerAt = at
+	if at == 0 {
+		return
+	}
+	d := time.Duration(at - e.b.clock.Now().UnixNano())
+	e.timer = e.b.clock.AfterFunc(max(d, 0), func() {
+		e.post(func(e *Entity) {
+			e.timerAt = 0
+			e.tick()
+		})
+	})
+}
+
+// tick acts on the timers that are due: lock and message expiry, session
+// lock expiry, activation of scheduled messages, accept-next timeouts.
+func (e *Entity) tick() {
+	evs, err := e.decide(projection.Tick{})
+	if err != nil || e.commit(evs, nil) != nil {
+		return
+	}
+	now := e.now()
+	for _, q := range []uint32{log.MainQueue} {
+		for _, seq := range e.st.DueScheduled(q, now) {
+			meta, _ := e.st.Queue(q).Message(seq)
+			rec, err := e.record(seq, meta.Pos)
+			if err != nil {
+				e.fail(fmt.Errorf("read scheduled message %d: %w", seq, err))
+				return
+			}
+			evs, err := e.decide(projection.Activate{Queue: q, Seq: seq, Record: rec})
+			if err != nil || e.commit(evs, nil) != nil {
+				return
+			}
+		}
+	}
+	e.expireWaiters()
+}
+
+// maybeSnapshot starts a background snapshot when enough has happened since
+// the last one. The actor pays only for encoding the state; compression,
+// fsync and front truncation happen on another goroutine.
+func (e *Entity) maybeSnapshot() {
+	o := e.b.opts
+	if e.snap.running || e.snap.sinceLast < o.SnapshotEvery && e.log.Bytes()-e.snap.bytesAt < o.SnapshotBytes {
+		return
+	}
+	e.startSnapshot(nil)
+}
+
+// startSnapshot encodes the state now and writes it once the log is durable
+// up to it (a snapshot must never claim events a crash could take back).
+// then, if not nil, is called with the outcome on the actor.
+func (e *Entity) startSnapshot(then func(error)) {
+	raw := e.st.Encode(nil)
+	index := e.st.LastIndex()
+	firstNeeded := e.st.FirstNeeded()
+	e.snap.running = true
+	e.snap.sinceLast = 0
+	e.snap.bytesAt = e.log.Bytes()
+	dir := filepath.Join(e.dir, "snapshots")
+	barrier := make(chan error, 1)
+	if _, err := e.log.Append(nil, func(err error) { barrier <- err }); err != nil {
+		barrier <- err
+	}
+	go func() {
+		err := <-barrier
+		start := time.Now()
+		if err == nil {
+			_, err = snapshot.Write(dir, index, raw)
+		}
+		if err == nil {
+			err = snapshot.Prune(dir, keepSnapshots)
+		}
+		if err == nil {
+			err = e.truncate(dir, firstNeeded)
+		}
+		elapsed := time.Since(start)
+		e.post(func(e *Entity) {
+			e.snap.running = false
+			if err == nil {
+				e.snap.lastIndex = index
+				e.b.logger.Debug("snapshot written", "entity", e.name, "index", index, "bytes", len(raw), "took", elapsed)
+			} else {
+				e.b.logger.Warn("snapshot failed", "entity", e.name, "index", index, "err", err)
+			}
+			if then != nil {
+				then(err)
+			}
+			after := e.snap.after
+			e.snap.after = nil
+			for _, f := range after {
+				f()
+			}
+		})
+	}()
+}
+
+// keepSnapshots is how many snapshots an entity keeps. The log is kept back
+// to the oldest of them, so one damaged snapshot never makes the entity
+// unrecoverable.
+const keepSnapshots = 2
+
+// truncate drops log segments that neither the state (firstNeeded) nor the
+// replay from the oldest kept snapshot needs.
+func (e *Entity) truncate(dir string, firstNeeded uint64) error {
+	infos, err := snapshot.List(dir)
+	if err != nil || len(infos) < keepSnapshots {
+		return err
+	}
+	upTo := min(firstNeeded, infos[len(infos)-1].Index+1)
+	_, err = e.log.TruncateFront(upTo)
+	return err
+}
+
+// close stops the actor. With graceful, it first writes a snapshot so the
+// next start replays little. It waits for the actor to finish.
+func (e *Entity) close(graceful bool) error {
+	var snapErr error
+	if graceful {
+		done := make(chan error, 1)
+		if err := e.post(func(e *Entity) { e.finalSnapshot(done) }); err == nil {
+			select {
+			case snapErr = <-done:
+			case <-e.done:
+			}
+		}
+	}
+	e.closeOnce.Do(func() { close(e.quit) })
+	<-e.done
+	err := e.log.Close()
+	if errors.Is(err, log.ErrClosed) {
+		err = nil
+	}
+	return errors.Join(snapErr, err)
+}
+
+// finalSnapshot writes a snapshot of the current state unless the last one
+// already covers it, after any snapshot still being written.
+func (e *Entity) finalSnapshot(done chan<- error) {
+	switch {
+	case e.failed != nil || e.st.LastIndex() == e.snap.lastIndex:
+		done <- nil
+	case e.snap.running:
+		e.snap.after = append(e.snap.after, func() { e.finalSnapshot(done) })
+	default:
+		e.startSnapshot(func(err error) { done <- err })
+	}
+}
+
+// stop runs on the actor as it exits: receivers and waiters learn the
+// entity is gone.
+func (e *Entity) stop() {
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	for r := range e.receivers {
+		r.fail(ErrClosed)
+	}
+	for _, w := range e.waiters {
+		w.done(SessionLock{}, ErrClosed)
+	}
+	e.waiters = nil
+}
+
+func (e *Entity) logger() *slog.Logger { return e.b.logger.With("entity", e.name) }

@@ -1,0 +1,224 @@
+package broker
+
+import (
+	"github.com/walbus/walbus/index"
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/projection"
+)
+
+// Send enqueues messages (or schedules those with a future ScheduledAt) as
+// one atomic group and calls done once they are durable: all of them or,
+// with an error, none. Duplicates under duplicate detection count as sent.
+// Send takes ownership of the messages' Body slices. done runs on a broker
+// goroutine and must not block.
+func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error)) {
+	err := e.post(func(e *Entity) {
+		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs})
+		if err != nil {
+			done(err)
+			return
+		}
+		// Even when every message was a duplicate (no events), done waits
+		// for whatever came before: the original may not be durable yet.
+		if err := e.commit(evs, done); err != nil {
+			done(err)
+		}
+	})
+	if err != nil {
+		done(err)
+	}
+}
+
+// Schedule is Send that reports the SequenceNumber of each message it
+// stored (scheduled or, if due already, enqueued), in order. Duplicates
+// dropped by duplicate detection have none.
+func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]uint64, error)) {
+	err := e.post(func(e *Entity) {
+		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs})
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		// Append sets each Index under the log's lock before the writer can
+		// see the group, so done may read them.
+		if err := e.commit(evs, func(err error) {
+			seqs := make([]uint64, len(evs))
+			for i := range evs {
+				seqs[i] = evs[i].Index
+			}
+			done(seqs, err)
+		}); err != nil {
+			done(nil, err)
+		}
+	})
+	if err != nil {
+		done(nil, err)
+	}
+}
+
+// Cancel withdraws scheduled messages; numbers no longer scheduled are
+// ignored. done runs once the cancellation is durable.
+func (e *Entity) Cancel(queue uint32, seqs []uint64, done func(error)) {
+	e.do(done, func(e *Entity) ([]log.Event, error) {
+		return e.decide(projection.Cancel{Queue: queue, Seqs: seqs})
+	})
+}
+
+// Settlement ends a message lock.
+type Settlement struct {
+	Token       log.LockToken
+	Outcome     projection.Outcome
+	Props       []byte // encoded AMQP map of application properties to set
+	Reason      string // dead-letter reason
+	Description string // dead-letter error description
+}
+
+// Settle ends the lock identified by s.Token with its outcome, from any
+// link or by lock token alone. done runs once the outcome is durable, or
+// with projection.ErrLockLost if the lock is gone.
+func (e *Entity) Settle(queue uint32, s Settlement, done func(error)) {
+	e.do(done, func(e *Entity) ([]log.Event, error) {
+		return e.decide(projection.Settle{Queue: queue, Token: s.Token, Outcome: s.Outcome, Props: s.Props,
+			Reason: s.Reason, Description: s.Description})
+	})
+}
+
+// do decides on the actor with decide, commits, and calls done when durable.
+func (e *Entity) do(done func(error), decide func(*Entity) ([]log.Event, error)) {
+	err := e.post(func(e *Entity) {
+		evs, err := decide(e)
+		if err != nil {
+			done(err)
+			return
+		}
+		if err := e.commit(evs, done); err != nil {
+			done(err)
+		}
+	})
+	if err != nil {
+		done(err)
+	}
+}
+
+// Renew extends message locks and reports their new locked-until times
+// (unix ns), once durable. It fails as a whole on the first lock that is
+// gone.
+func (e *Entity) Renew(queue uint32, tokens []log.LockToken, done func([]int64, error)) {
+	err := e.post(func(e *Entity) {
+		var all []log.Event
+		for _, t := range tokens {
+			evs, err := e.decide(projection.Renew{Queue: queue, Token: t})
+			if err != nil {
+				done(nil, err)
+				return
+			}
+			all = append(all, evs...)
+		}
+		until := make([]int64, len(all))
+		for i, ev := range all {
+			until[i] = ev.Until
+		}
+		if err := e.commit(all, func(err error) { done(until, err) }); err != nil {
+			done(nil, err)
+		}
+	})
+	if err != nil {
+		done(nil, err)
+	}
+}
+
+// Peek returns up to max messages of the queue with SequenceNumber >= from,
+// in order and in any state, without locking them.
+func (e *Entity) Peek(queue uint32, from uint64, max int) ([]Delivery, error) {
+	return call(e, func(e *Entity) ([]Delivery, error) {
+		q := e.st.Queue(queue)
+		if q == nil {
+			return nil, projection.ErrInvalid
+		}
+		var out []Delivery
+		for _, seq := range q.Peek(from, max, e.durable) {
+			d, err := e.delivery(queue, seq)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, d)
+		}
+		return out, nil
+	})
+}
+
+// ReceiveDeferred receives deferred messages by SequenceNumber, locked for
+// receiver (PeekLock) or removed (ReceiveAndDelete), with the given session
+// if the receiver holds one. done gets them in the order asked; a
+// ReceiveAndDelete result comes once the removal is durable.
+func (e *Entity) ReceiveDeferred(queue uint32, receiver string, session string, seqs []uint64, mode Mode, done func([]Delivery, error)) {
+	err := e.post(func(e *Entity) {
+		evs, err := e.decide(projection.LockBySeq{Queue: queue, Receiver: receiver, Session: session, Seqs: seqs,
+			PeekLock: mode == PeekLock, Nonce: e.rng.Uint64()})
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		out := make([]Delivery, 0, len(evs))
+		for _, ev := range evs {
+			d, err := e.delivery(queue, ev.Seq)
+			if err != nil {
+				done(nil, err)
+				return
+			}
+			if ev.Type == log.Locked {
+				d.Token, d.LockedUntil, d.State = ev.Token, ev.Until, index.Locked
+			}
+			out = append(out, d)
+		}
+		if mode == PeekLock {
+			if err := e.commit(evs, nil); err != nil {
+				done(nil, err)
+				return
+			}
+			done(out, nil)
+			return
+		}
+		if err := e.commit(evs, func(err error) { done(out, err) }); err != nil {
+			done(nil, err)
+		}
+	})
+	if err != nil {
+		done(nil, err)
+	}
+}
+
+// Counts returns how many messages the queue holds in each state.
+func (e *Entity) Counts(queue uint32) (projection.Counts, error) {
+	return call(e, func(e *Entity) (projection.Counts, error) {
+		q := e.st.Queue(queue)
+		if q == nil {
+			return projection.Counts{}, projection.ErrInvalid
+		}
+		return q.Counts(), nil
+	})
+}
+
+// Config returns the entity's config.
+func (e *Entity) Config() (projection.Config, error) {
+	return call(e, func(e *Entity) (projection.Config, error) { return e.st.Config(), nil })
+}
+
+// Sync waits until every request posted before it has been processed,
+// the work that follows a batch of requests (handing out messages, arming
+// timers) has run, and everything appended so far is durable.
+func (e *Entity) Sync() error {
+	ch := make(chan error, 1)
+	if err := e.post(func(e *Entity) { e.syncs = append(e.syncs, ch) }); err != nil {
+		return err
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-e.done:
+		return ErrClosed
+	}
+}
+
+// Bytes is the size of the entity's log on disk.
+func (e *Entity) Bytes() int64 { return e.log.Bytes() }

@@ -1,0 +1,43 @@
+// Command walbus is the walbus broker and its tools.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 {
+		usage()
+		return 2
+	}
+	switch args[0] {
+	case "version":
+		fmt.Println("walbus", version)
+		return 0
+	case "serve":
+		return serve(args[1:])
+	case "help", "-h", "--help":
+		usage()
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "walbus: unknown command %q\n", args[0])
+	usage()
+	return 2
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `walbus: a durable Azure Service Bus compatible broker
+
+Usage:
+  walbus serve [flags]    run the broker
+  walbus version          print the version
+`)
+}
