@@ -78,12 +78,9 @@ func (q *Queue) encode(dst []byte) []byte {
 		}
 	}
 
-	dst = binary.AppendUvarint(dst, q.all.GetCardinality())
+	dst = binary.AppendUvarint(dst, uint64(q.msgs.Len()))
 	prev := uint64(0)
-	it := q.all.Iterator()
-	for it.HasNext() {
-		seq := it.Next()
-		m, _ := q.msgs.Get(seq)
+	q.msgs.Range(func(seq uint64, m index.Meta) bool {
 		dst = binary.AppendUvarint(dst, seq-prev)
 		prev = seq
 		dst = append(dst, byte(m.State), m.Flags)
@@ -91,7 +88,8 @@ func (q *Queue) encode(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, uint64(m.Pos.Offset))
 		dst = binary.AppendUvarint(dst, uint64(m.Pos.Size))
 		dst = binary.AppendUvarint(dst, uint64(m.Session))
-	}
+		return true
+	})
 
 	locked := q.locks.Seqs()
 	slices.Sort(locked)
