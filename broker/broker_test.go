@@ -179,7 +179,7 @@ func TestLogFollowsBacklog(t *testing.T) {
 	b = openBroker(t, Options{Dir: dir, SegmentSize: 8 << 10, SnapshotEvery: 200})
 	defer b.Close()
 	e, _ = b.Entity("q")
-	ds, err := e.Peek(log.MainQueue, 1, 10)
+	ds, err := e.Peek(log.MainQueue, 1, 10, "")
 	if err != nil || len(ds) != 1 || string(ds[0].Message) != "after" {
 		t.Fatalf("after recovery: %v %v", ds, err)
 	}

@@ -128,20 +128,44 @@ func (e *Entity) Renew(queue uint32, tokens []log.LockToken, done func([]int64, 
 }
 
 // Peek returns up to max messages of the queue with SequenceNumber >= from,
-// in order and in any state, without locking them.
-func (e *Entity) Peek(queue uint32, from uint64, max int) ([]Delivery, error) {
+// in order and in any state, without locking them. With session set, only
+// that session's messages.
+func (e *Entity) Peek(queue uint32, from uint64, max int, session string) ([]Delivery, error) {
 	return call(e, func(e *Entity) ([]Delivery, error) {
 		q := e.st.Queue(queue)
 		if q == nil {
 			return nil, projection.ErrInvalid
 		}
-		var out []Delivery
-		for _, seq := range q.Peek(from, max, e.durable) {
-			d, err := e.delivery(queue, seq)
-			if err != nil {
-				return nil, err
+		var sessionNo uint32
+		if session != "" {
+			if q.Sessions() == nil {
+				return nil, projection.ErrNotAllowed
 			}
-			out = append(out, d)
+			s := q.Sessions().Get(session)
+			if s == nil {
+				return nil, nil
+			}
+			sessionNo = s.No
+		}
+		var out []Delivery
+		for len(out) < max {
+			seqs := q.Peek(from, max, e.durable)
+			for _, seq := range seqs {
+				if m, _ := q.Message(seq); sessionNo != 0 && m.Session != sessionNo {
+					continue
+				}
+				d, err := e.delivery(queue, seq)
+				if err != nil {
+					return nil, err
+				}
+				if out = append(out, d); len(out) == max {
+					break
+				}
+			}
+			if len(seqs) < max {
+				break
+			}
+			from = seqs[len(seqs)-1] + 1
 		}
 		return out, nil
 	})

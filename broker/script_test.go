@@ -269,7 +269,7 @@ func (h *harness) exec(t *testing.T, td *datadriven.TestData) (string, error) {
 		return <-ch, nil
 	case "peek":
 		e, q := h.entity(a)
-		ds, err := e.Peek(q, uint64(a.int("from", 1)), a.int("n", 100))
+		ds, err := e.Peek(q, uint64(a.int("from", 1)), a.int("n", 100), a.str("session", ""))
 		var lines []string
 		for _, d := range ds {
 			lines = append(lines, "peek "+h.describe(d))

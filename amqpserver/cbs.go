@@ -1,0 +1,146 @@
+package amqpserver
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/walbus/walbus/amqpserver/sas"
+	"github.com/walbus/walbus/broker"
+)
+
+// Claims-based security: clients put SAS tokens on the $cbs node for an
+// audience (an entity, its management node, or the whole namespace); links
+// to an entity need a live claim with the right (servicebus-wire.md §3).
+
+const sasTokenType = "servicebus.windows.net:sastoken"
+
+// claim is what a verified token grants on one connection.
+type claim struct {
+	path   string // lower-case entity path, "" for the whole namespace
+	rights sas.Rights
+	expiry time.Time // zero: never (SASL PLAIN)
+}
+
+// claims are a connection's claims. Safe for concurrent use.
+type claims struct {
+	mu  sync.Mutex
+	all []claim
+}
+
+// put adds or replaces the claim for c.path.
+func (cs *claims) put(c claim) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for i := range cs.all {
+		if cs.all[i].path == c.path {
+			cs.all[i] = c
+			return
+		}
+	}
+	cs.all = append(cs.all, c)
+}
+
+// allows reports whether a live claim covers entity path with rights want,
+// and until when.
+func (cs *claims) allows(path string, want sas.Rights, now time.Time) (bool, time.Time) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	path = strings.ToLower(path)
+	granted, until := false, time.Time{}
+	for _, c := range cs.all {
+		if !covers(c.path, path) || !c.rights.Has(want) || !c.expiry.IsZero() && !c.expiry.After(now) {
+			continue
+		}
+		if !granted || c.expiry.IsZero() || !until.IsZero() && c.expiry.After(until) {
+			until = c.expiry
+		}
+		granted = true
+	}
+	return granted, until
+}
+
+// any reports whether the connection holds any live claim.
+func (cs *claims) any(now time.Time) bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, c := range cs.all {
+		if c.expiry.IsZero() || c.expiry.After(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// covers: a claim on "q1" covers "q1" and everything under "q1/"; a claim on
+// "" covers every entity.
+func covers(claimPath, path string) bool {
+	return claimPath == "" || path == claimPath || strings.HasPrefix(path, claimPath+"/")
+}
+
+// audiencePath returns the entity path of a token audience:
+// "amqp://host:5672/q1/$management" gives "q1/$management", a namespace
+// audience "sb://host/" or "host" gives "".
+func audiencePath(audience string) string {
+	rest := audience
+	if i := strings.Index(rest, "://"); i >= 0 {
+		rest = rest[i+3:]
+	}
+	i := strings.IndexByte(rest, '/')
+	if i < 0 {
+		return ""
+	}
+	path := strings.Trim(rest[i+1:], "/")
+	if unescaped, err := url.PathUnescape(path); err == nil {
+		path = unescaped
+	}
+	return path
+}
+
+// entityOf returns the entity name a link address or audience path names:
+// "q1", "q1/$DeadLetterQueue", "q1/$management" all name q1; a
+// subscription path "t1/Subscriptions/s1" names topic t1.
+func entityOf(path string) string {
+	if i := strings.Index(path, "/$"); i >= 0 {
+		path = path[:i]
+	}
+	if i := strings.Index(strings.ToLower(path), "/subscriptions/"); i >= 0 {
+		path = path[:i]
+	}
+	return path
+}
+
+// putToken answers a CBS put-token request: verify the token, check that its
+// audience names an existing entity, and record the claim.
+func putToken(req *rpcRequest, keys sas.Keys, b *broker.Broker, cs *claims, now time.Time) rpcResponse {
+	if typ := req.prop("type"); typ != sasTokenType {
+		return rpcResponse{status: 401, condition: condUnauthorized,
+			description: fmt.Sprintf("token type %q is not supported; use a shared access signature", typ)}
+	}
+	token, isString := req.body.(string)
+	if !isString {
+		return rpcResponse{status: 400, condition: condDecodeError, description: "the put-token body must be the token string"}
+	}
+	audience := req.prop("name")
+	tok, key, err := sas.Verify(token, keys, now)
+	if err != nil {
+		return rpcResponse{status: 401, condition: condUnauthorized, description: sas.Description(err)}
+	}
+	if !sas.Covers(tok, audience) {
+		return rpcResponse{status: 401, condition: condUnauthorized,
+			description: fmt.Sprintf("InvalidAudience: the token's audience does not cover %s", audience)}
+	}
+	path := audiencePath(audience)
+	if name := entityOf(path); name != "" {
+		if _, err := b.Entity(name); errors.Is(err, broker.ErrEntityNotFound) {
+			// The text is what the SDKs match for "not found".
+			return rpcResponse{status: 404, condition: condNotFound,
+				description: fmt.Sprintf("The messaging entity '%s' could not be found.", audience)}
+		}
+	}
+	cs.put(claim{path: strings.ToLower(path), rights: key.Rights, expiry: tok.Expiry})
+	return rpcResponse{status: 202, description: "Accepted"}
+}

@@ -1,0 +1,226 @@
+package amqpserver
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/walbus/walbus/amqpserver/encoding"
+	"github.com/walbus/walbus/amqpserver/frames"
+	"github.com/walbus/walbus/amqpserver/message"
+	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/index"
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/projection"
+)
+
+// Service Bus message annotations (servicebus-wire.md §5).
+const (
+	annSequenceNumber = "x-opt-sequence-number"
+	annEnqueuedTime   = "x-opt-enqueued-time"
+	annLockedUntil    = "x-opt-locked-until"
+	annMessageState   = "x-opt-message-state"
+)
+
+// Application properties the broker sets on dead-lettered messages.
+const (
+	propDeadLetterReason      = "DeadLetterReason"
+	propDeadLetterDescription = "DeadLetterErrorDescription"
+)
+
+// x-opt-message-state values.
+const (
+	stateActive    = 0
+	stateDeferred  = 1
+	stateScheduled = 2
+)
+
+// errBadMessage wraps a transfer that is not a valid AMQP message.
+var errBadMessage = errors.New("the message is not a valid AMQP message")
+
+// inbound turns a transfer's payload into the messages to store: one, or
+// with the batch message format each inner message. A message without a
+// message-id gets one (Service Bus assigns an id when the client sends none).
+func inbound(payload []byte, format uint32) ([]projection.Message, error) {
+	if format != frames.MessageFormatBatch {
+		m, err := inboundOne(payload)
+		if err != nil {
+			return nil, err
+		}
+		return []projection.Message{m}, nil
+	}
+	inner, err := message.SplitBatch(payload, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: batch: %v", errBadMessage, err)
+	}
+	if len(inner) == 0 {
+		return nil, fmt.Errorf("%w: an empty batch", errBadMessage)
+	}
+	msgs := make([]projection.Message, 0, len(inner))
+	for _, raw := range inner {
+		m, err := inboundOne(raw)
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+func inboundOne(raw []byte) (projection.Message, error) {
+	s, err := message.Parse(raw)
+	if err != nil {
+		return projection.Message{}, fmt.Errorf("%w: %v", errBadMessage, err)
+	}
+	props, err := s.ReadProperties()
+	if err != nil {
+		return projection.Message{}, fmt.Errorf("%w: properties: %v", errBadMessage, err)
+	}
+	var id string
+	if props.MessageID.Kind == 0 {
+		id = newMessageID()
+		if raw, _, err = message.AppendWithMessageID(nil, &s, id); err != nil {
+			return projection.Message{}, fmt.Errorf("%w: %v", errBadMessage, err)
+		}
+	} else {
+		id = string(props.MessageID.AppendText(nil))
+	}
+	m := projection.Message{Body: raw, MessageID: id, SessionID: string(props.GroupID)}
+	hdr, err := s.ReadHeader()
+	if err != nil {
+		return projection.Message{}, fmt.Errorf("%w: header: %v", errBadMessage, err)
+	}
+	if hdr.HasTTL && hdr.TTL > 0 {
+		m.TTL = time.Duration(hdr.TTL) * time.Millisecond
+	}
+	ann, err := s.ReadClientAnnotations()
+	if err != nil {
+		return projection.Message{}, fmt.Errorf("%w: message annotations: %v", errBadMessage, err)
+	}
+	if ann.HasScheduledEnqueueTime {
+		m.ScheduledAt = int64(ann.ScheduledEnqueueTime) * int64(time.Millisecond)
+	}
+	return m, nil
+}
+
+// newMessageID is a random UUID string, like the ids Service Bus assigns.
+func newMessageID() string {
+	var u encoding.UUID
+	rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return u.String()
+}
+
+// outbound writes the payload of a delivery: the stored message with a new
+// header (the delivery count of earlier failed attempts and the effective
+// time to live), the lock token, the broker's annotations, and the
+// application properties that abandons, deferrals and dead-lettering
+// recorded. The bare message is otherwise copied byte for byte.
+func outbound(dst []byte, d *broker.Delivery) ([]byte, error) {
+	raw := d.Message
+	s, err := message.Parse(raw)
+	if err != nil {
+		return dst, fmt.Errorf("stored message %d: %w", d.Seq, err)
+	}
+	if len(d.Overlays) > 0 {
+		set, err := overlayProperties(d.Overlays)
+		if err != nil {
+			return dst, fmt.Errorf("message %d: %w", d.Seq, err)
+		}
+		if raw, err = message.AppendWithApplicationProperties(nil, &s, set); err != nil {
+			return dst, fmt.Errorf("message %d: %w", d.Seq, err)
+		}
+		if s, err = message.Parse(raw); err != nil {
+			return dst, err
+		}
+	}
+	del := message.Delivery{DeliveryCount: uint32(d.Deliveries)}
+	if d.ExpiresAt > 0 && d.ExpiresAt > d.EnqueuedAt {
+		ms := (d.ExpiresAt - d.EnqueuedAt) / int64(time.Millisecond)
+		del.TTL, del.HasTTL = uint32(min(ms, 1<<32-1)), true
+	}
+	del.Annotations = []message.Annotation{
+		{Key: annSequenceNumber, Value: message.LongValue(int64(d.Seq))},
+		{Key: annEnqueuedTime, Value: message.TimestampValue(timestamp(d.EnqueuedAt))},
+	}
+	if d.Token != (log.LockToken{}) {
+		del.LockToken, del.HasLockToken = encoding.UUID(d.Token), true
+		del.Annotations = append(del.Annotations,
+			message.Annotation{Key: annLockedUntil, Value: message.TimestampValue(timestamp(d.LockedUntil))})
+	}
+	switch {
+	case d.State == index.Scheduled:
+		del.Annotations = append(del.Annotations, message.Annotation{Key: annMessageState, Value: message.IntValue(stateScheduled)})
+	case d.Deferred:
+		del.Annotations = append(del.Annotations, message.Annotation{Key: annMessageState, Value: message.IntValue(stateDeferred)})
+	default:
+		del.Annotations = append(del.Annotations, message.Annotation{Key: annMessageState, Value: message.IntValue(stateActive)})
+	}
+	return message.AppendDelivery(dst, &s, &del)
+}
+
+// overlayProperties merges, oldest first, the property changes recorded for
+// a message into one list of application properties to set.
+func overlayProperties(overlays []broker.Overlay) ([]message.Property, error) {
+	var set []message.Property
+	put := func(key string, value any) {
+		for i := range set {
+			if set[i].Key == key {
+				set[i].Value = value
+				return
+			}
+		}
+		set = append(set, message.Property{Key: key, Value: value})
+	}
+	for _, ov := range overlays {
+		if ov.Type == log.DeadLettered {
+			put(propDeadLetterReason, ov.Reason)
+			put(propDeadLetterDescription, ov.Description)
+		}
+		if len(ov.Props) == 0 {
+			continue
+		}
+		r := encoding.NewReader(ov.Props)
+		v, err := r.ReadAny(encoding.DefaultLimits)
+		if err != nil {
+			return nil, fmt.Errorf("recorded properties: %w", err)
+		}
+		m, ok := v.(encoding.Map)
+		if !ok {
+			return nil, fmt.Errorf("recorded properties are a %T, not a map", v)
+		}
+		for _, e := range m {
+			key, ok := e.Key.(string)
+			if !ok {
+				if sym, isSym := e.Key.(encoding.Symbol); isSym {
+					key, ok = string(sym), true
+				}
+			}
+			if ok {
+				put(key, e.Value)
+			}
+		}
+	}
+	return set, nil
+}
+
+// timestamp converts unix nanoseconds to an AMQP timestamp (ms).
+func timestamp(ns int64) encoding.Timestamp { return encoding.Timestamp(ns / int64(time.Millisecond)) }
+
+// deliveryTag is the lock token in .NET GUID byte order, as Service Bus
+// sends it: the first three groups are little-endian (servicebus-wire.md §5).
+func deliveryTag(t log.LockToken) [16]byte {
+	return [16]byte{t[3], t[2], t[1], t[0], t[5], t[4], t[7], t[6],
+		t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15]}
+}
+
+// tokenFromTag reverses deliveryTag.
+func tokenFromTag(tag []byte) (log.LockToken, bool) {
+	if len(tag) != 16 {
+		return log.LockToken{}, false
+	}
+	return log.LockToken{tag[3], tag[2], tag[1], tag[0], tag[5], tag[4], tag[7], tag[6],
+		tag[8], tag[9], tag[10], tag[11], tag[12], tag[13], tag[14], tag[15]}, true
+}

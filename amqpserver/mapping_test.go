@@ -1,0 +1,206 @@
+package amqpserver
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/walbus/walbus/amqpserver/encoding"
+	"github.com/walbus/walbus/amqpserver/frames"
+	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/index"
+	"github.com/walbus/walbus/log"
+)
+
+func marshal(t *testing.T, m *amqp.Message) []byte {
+	t.Helper()
+	b, err := m.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func unmarshal(t *testing.T, b []byte) *amqp.Message {
+	t.Helper()
+	var m amqp.Message
+	if err := m.UnmarshalBinary(b); err != nil {
+		t.Fatalf("go-amqp cannot read our message: %v", err)
+	}
+	return &m
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestInboundExtractsWhatTheBrokerActsOn(t *testing.T) {
+	at := time.Date(2030, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
+	raw := marshal(t, &amqp.Message{
+		Header:      &amqp.MessageHeader{TTL: 90 * time.Second},
+		Annotations: amqp.Annotations{"x-opt-scheduled-enqueue-time": at, "x-opt-partition-key": "pk"},
+		Properties:  &amqp.MessageProperties{MessageID: "m-1", GroupID: ptr("session-7")},
+		Data:        [][]byte{[]byte("hello")},
+	})
+	msgs, err := inbound(raw, 0)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("inbound: %v %v", msgs, err)
+	}
+	m := msgs[0]
+	if m.MessageID != "m-1" || m.SessionID != "session-7" || m.TTL != 90*time.Second || m.ScheduledAt != at.UnixNano() {
+		t.Fatalf("extracted %+v", m)
+	}
+	if string(m.Body) != string(raw) {
+		t.Fatal("a message with an id must be stored byte for byte")
+	}
+
+	// Ids of every allowed type become their text form.
+	for _, tc := range []struct {
+		id   any
+		want string
+	}{{uint64(42), "42"}, {amqp.UUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, "01020304-0506-0708-090a-0b0c0d0e0f10"}} {
+		msgs, err := inbound(marshal(t, &amqp.Message{Properties: &amqp.MessageProperties{MessageID: tc.id}, Value: "x"}), 0)
+		if err != nil || msgs[0].MessageID != tc.want {
+			t.Errorf("id %v: got %q, %v", tc.id, msgs[0].MessageID, err)
+		}
+	}
+}
+
+func TestInboundAssignsAMessageID(t *testing.T) {
+	raw := marshal(t, &amqp.Message{ApplicationProperties: map[string]any{"k": int32(1)}, Data: [][]byte{[]byte("x")}})
+	msgs, err := inbound(raw, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := msgs[0]
+	if len(m.MessageID) != 36 {
+		t.Fatalf("assigned id %q", m.MessageID)
+	}
+	stored := unmarshal(t, m.Body)
+	if stored.Properties == nil || stored.Properties.MessageID != m.MessageID {
+		t.Fatalf("stored message id %+v, want %q", stored.Properties, m.MessageID)
+	}
+	if stored.ApplicationProperties["k"] != int32(1) || string(stored.GetData()) != "x" {
+		t.Fatal("the rest of the message changed")
+	}
+}
+
+// The batch format of the Go and JS SDKs: an envelope copying the first
+// message's sections, then one data section per complete encoded message.
+func TestInboundUnpacksBatches(t *testing.T) {
+	var inner [][]byte
+	for _, id := range []string{"a", "b", "c"} {
+		inner = append(inner, marshal(t, &amqp.Message{Properties: &amqp.MessageProperties{MessageID: id}, Value: id}))
+	}
+	envelope := marshal(t, &amqp.Message{Properties: &amqp.MessageProperties{MessageID: "a"}, Data: inner})
+	msgs, err := inbound(envelope, frames.MessageFormatBatch)
+	if err != nil || len(msgs) != 3 {
+		t.Fatalf("batch: %d messages, %v", len(msgs), err)
+	}
+	for i, id := range []string{"a", "b", "c"} {
+		if msgs[i].MessageID != id || unmarshal(t, msgs[i].Body).Value != id {
+			t.Errorf("inner %d: %+v", i, msgs[i])
+		}
+	}
+	if _, err := inbound([]byte{0x00, 0x53, 0x77, 0x40, 0xff}, 0); err == nil {
+		t.Fatal("garbage accepted as a message")
+	}
+}
+
+// What the Go SDK reads from a delivery, with the exact Go types it asserts
+// (servicebus-wire.md §5: a wrong type panics the client).
+func TestOutboundAsTheGoSDKReadsIt(t *testing.T) {
+	body := marshal(t, &amqp.Message{
+		Annotations:           amqp.Annotations{"x-opt-partition-key": "pk", "x-opt-locked-until": "stale"},
+		Properties:            &amqp.MessageProperties{MessageID: "m-1"},
+		ApplicationProperties: map[string]any{"kept": "yes", "changed": int64(1)},
+		Data:                  [][]byte{[]byte("payload")},
+	})
+	enqueued := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	props := encoding.Map{{Key: "changed", Value: int64(2)}, {Key: "added", Value: true}}
+	propBytes, err := encoding.AppendAny(nil, props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := log.LockToken{0xa1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	d := broker.Delivery{
+		Seq: 77, Token: token, LockedUntil: enqueued.Add(time.Minute).UnixNano(), Deliveries: 2,
+		State: index.Locked, EnqueuedAt: enqueued.UnixNano(), ExpiresAt: enqueued.Add(time.Hour).UnixNano(),
+		Message: body,
+		Overlays: []broker.Overlay{
+			{Type: log.Abandoned, Props: propBytes},
+			{Type: log.DeadLettered, Reason: "bad", Description: "really bad"},
+		},
+	}
+	out, err := outbound(nil, &d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := unmarshal(t, out)
+	if seq, ok := m.Annotations["x-opt-sequence-number"].(int64); !ok || seq != 77 {
+		t.Errorf("sequence number %#v", m.Annotations["x-opt-sequence-number"])
+	}
+	if at, ok := m.Annotations["x-opt-enqueued-time"].(time.Time); !ok || !at.Equal(enqueued) {
+		t.Errorf("enqueued time %#v", m.Annotations["x-opt-enqueued-time"])
+	}
+	if at, ok := m.Annotations["x-opt-locked-until"].(time.Time); !ok || !at.Equal(enqueued.Add(time.Minute)) {
+		t.Errorf("locked until %#v (the client's stale value must be overwritten)", m.Annotations["x-opt-locked-until"])
+	}
+	if state, ok := m.Annotations["x-opt-message-state"].(int32); !ok || state != 0 {
+		t.Errorf("message state %#v", m.Annotations["x-opt-message-state"])
+	}
+	if m.Annotations["x-opt-partition-key"] != "pk" {
+		t.Error("client annotations must pass through")
+	}
+	if lt, ok := m.DeliveryAnnotations["x-opt-lock-token"].(amqp.UUID); !ok || lt != amqp.UUID(token) {
+		t.Errorf("lock token %#v", m.DeliveryAnnotations["x-opt-lock-token"])
+	}
+	if m.Header == nil || m.Header.DeliveryCount != 2 || m.Header.TTL != time.Hour {
+		t.Errorf("header %+v", m.Header)
+	}
+	want := map[string]any{"kept": "yes", "changed": int64(2), "added": true,
+		"DeadLetterReason": "bad", "DeadLetterErrorDescription": "really bad"}
+	for k, v := range want {
+		if m.ApplicationProperties[k] != v {
+			t.Errorf("application property %s = %#v, want %#v", k, m.ApplicationProperties[k], v)
+		}
+	}
+	if string(m.GetData()) != "payload" || m.Properties.MessageID != "m-1" {
+		t.Error("bare message changed")
+	}
+
+	// Deferred and scheduled states; no lock, no locked-until.
+	d.Token, d.Overlays, d.Deferred = log.LockToken{}, nil, true
+	m = unmarshal(t, must(outbound(nil, &d)))
+	if m.Annotations["x-opt-message-state"] != int32(1) || m.DeliveryAnnotations["x-opt-lock-token"] != nil {
+		t.Errorf("deferred delivery: %#v %#v", m.Annotations, m.DeliveryAnnotations)
+	}
+	d.Deferred, d.State = false, index.Scheduled
+	if m = unmarshal(t, must(outbound(nil, &d))); m.Annotations["x-opt-message-state"] != int32(2) {
+		t.Errorf("scheduled state %#v", m.Annotations["x-opt-message-state"])
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func TestDeliveryTagIsDotNetOrder(t *testing.T) {
+	// servicebus-wire.md §5: RFC 01020304-0506-0708-090a-0b0c0d0e0f10 goes
+	// on the wire as 04 03 02 01 06 05 08 07 09 0a 0b 0c 0d 0e 0f 10.
+	token := log.LockToken{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	tag := deliveryTag(token)
+	want := [16]byte{4, 3, 2, 1, 6, 5, 8, 7, 9, 10, 11, 12, 13, 14, 15, 16}
+	if tag != want {
+		t.Fatalf("tag % x", tag)
+	}
+	back, ok := tokenFromTag(tag[:])
+	if !ok || back != token {
+		t.Fatal("tag does not map back to the token")
+	}
+	if _, ok := tokenFromTag(binary.BigEndian.AppendUint64(nil, 1)); ok {
+		t.Fatal("an 8-byte tag is not a lock token")
+	}
+}

@@ -1,0 +1,179 @@
+package amqpserver
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/walbus/walbus/amqpserver/encoding"
+	"github.com/walbus/walbus/amqpserver/message"
+	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/projection"
+)
+
+// The request/response message exchange of the $cbs and $management nodes
+// (servicebus-wire.md §3 and §6).
+
+// rpcRequest is a decoded request message.
+type rpcRequest struct {
+	messageID message.ID // echoed as the response's correlation-id, same type
+	replyTo   string
+	props     encoding.Map // application properties
+	body      any          // the amqp-value body, nil if none
+}
+
+func (r *rpcRequest) prop(name string) string {
+	v, _ := r.props.Get(name)
+	switch v := v.(type) {
+	case string:
+		return v
+	case encoding.Symbol:
+		return string(v)
+	}
+	return ""
+}
+
+// bodyMap returns the body as a map with string keys (management bodies).
+func (r *rpcRequest) bodyMap() encoding.Map {
+	m, _ := r.body.(encoding.Map)
+	return m
+}
+
+var rpcLimits = encoding.Limits{MaxDepth: 16, MaxElements: 1 << 16, MaxBytes: 256 << 20}
+
+func parseRequest(payload []byte) (rpcRequest, error) {
+	var req rpcRequest
+	s, err := message.Parse(payload)
+	if err != nil {
+		return req, err
+	}
+	props, err := s.ReadProperties()
+	if err != nil {
+		return req, err
+	}
+	req.messageID = props.MessageID
+	req.replyTo = string(props.ReplyTo)
+	if s.ApplicationProperties.Present() {
+		r := encoding.NewReader(s.ValueBytes(s.ApplicationProperties))
+		v, err := r.ReadAny(rpcLimits)
+		if err != nil {
+			return req, fmt.Errorf("application properties: %w", err)
+		}
+		req.props, _ = v.(encoding.Map)
+	}
+	if s.Body.Present() && s.BodyKind == message.BodyValue {
+		r := encoding.NewReader(s.ValueBytes(s.Body))
+		if req.body, err = r.ReadAny(rpcLimits); err != nil {
+			return req, fmt.Errorf("body: %w", err)
+		}
+	}
+	return req, nil
+}
+
+// rpcResponse is a response to send back.
+type rpcResponse struct {
+	status      int32
+	description string
+	condition   string // error condition, for failures
+	body        any    // the amqp-value body, nil for none
+}
+
+func ok(status int32, body any) rpcResponse {
+	return rpcResponse{status: status, description: "OK", body: body}
+}
+
+// encode writes the response message. Status and description go out under
+// both spellings (the Go SDK reads either; the JS SDK's management client
+// reads only the camelCase ones), status as an AMQP int.
+func (resp rpcResponse) encode(req *rpcRequest) ([]byte, error) {
+	dst := message.AppendProperties(nil, &message.Properties{CorrelationID: req.messageID})
+	app := encoding.Map{
+		{Key: "statusCode", Value: resp.status},
+		{Key: "status-code", Value: resp.status},
+		{Key: "statusDescription", Value: resp.description},
+		{Key: "status-description", Value: resp.description},
+	}
+	if resp.condition != "" {
+		app = append(app,
+			encoding.MapEntry{Key: "errorCondition", Value: encoding.Symbol(resp.condition)},
+			encoding.MapEntry{Key: "error-condition", Value: encoding.Symbol(resp.condition)})
+	}
+	dst = encoding.AppendDescriptor(dst, message.CodeApplicationProperties)
+	dst, err := encoding.AppendAny(dst, app)
+	if err != nil {
+		return nil, err
+	}
+	if resp.body != nil {
+		dst = encoding.AppendDescriptor(dst, message.CodeAMQPValue)
+		if dst, err = encoding.AppendAny(dst, resp.body); err != nil {
+			return nil, err
+		}
+	}
+	return dst, nil
+}
+
+// Error conditions of Service Bus and AMQP the SDKs classify
+// (servicebus-wire.md §6, "Error mapping").
+const (
+	condLockLost           = "com.microsoft:message-lock-lost"
+	condSessionLockLost    = "com.microsoft:session-lock-lost"
+	condSessionCannotLock  = "com.microsoft:session-cannot-be-locked"
+	condMessageNotFound    = "com.microsoft:message-not-found"
+	condTimeout            = "com.microsoft:timeout"
+	condServerBusy         = "com.microsoft:server-busy"
+	condDeadLetter         = "com.microsoft:dead-letter"
+	condNotFound           = "amqp:not-found"
+	condNotAllowed         = "amqp:not-allowed"
+	condInvalidField       = "amqp:invalid-field"
+	condNotImplemented     = "amqp:not-implemented"
+	condUnauthorized       = "amqp:unauthorized-access"
+	condMessageTooLarge    = "amqp:link:message-size-exceeded"
+	condInternal           = "amqp:internal-error"
+	condResourceLimit      = "amqp:resource-limit-exceeded"
+	condDecodeError        = "amqp:decode-error"
+	condDetachForced       = "amqp:link:detach-forced"
+	condConnectionForced   = "amqp:connection:forced"
+	condEntityDisabled     = "com.microsoft:entity-disabled"
+	condArgumentOutOfRange = "com.microsoft:argument-out-of-range"
+)
+
+// classify maps a broker error to the AMQP condition and the management
+// status code the SDKs expect for it. Go treats most 4xx codes other than
+// 401, 404 and 410 as a broken connection, so ordinary conditions avoid them.
+func classify(err error) (condition string, status int32) {
+	switch {
+	case errors.Is(err, projection.ErrLockLost):
+		return condLockLost, 410
+	case errors.Is(err, projection.ErrSessionLockLost):
+		return condSessionLockLost, 410
+	case errors.Is(err, projection.ErrSessionCannotBeLocked):
+		return condSessionCannotLock, 410
+	case errors.Is(err, projection.ErrMessageNotFound):
+		return condMessageNotFound, 404
+	case errors.Is(err, broker.ErrEntityNotFound):
+		return condNotFound, 404
+	case errors.Is(err, broker.ErrTimeout):
+		return condTimeout, 408
+	case errors.Is(err, projection.ErrMessageTooLarge):
+		return condMessageTooLarge, 413
+	case errors.Is(err, projection.ErrNotAllowed), errors.Is(err, projection.ErrSessionIDRequired):
+		return condNotAllowed, 400
+	case errors.Is(err, projection.ErrInvalid):
+		return condInvalidField, 400
+	case errors.Is(err, broker.ErrClosed):
+		return condServerBusy, 503
+	case isDiskFull(err):
+		return condResourceLimit, 503
+	}
+	return condInternal, 500
+}
+
+func isDiskFull(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no space left on device")
+}
+
+// failure is the response for an operation that failed with err.
+func failure(err error) rpcResponse {
+	cond, status := classify(err)
+	return rpcResponse{status: status, description: err.Error(), condition: cond}
+}

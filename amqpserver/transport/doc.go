@@ -1,0 +1,76 @@
+// Package transport is a server-side AMQP 1.0 protocol engine (OASIS AMQP
+// 1.0 part 2, transport; part 5, SASL). It owns the sockets, the protocol
+// headers, SASL, open/close, sessions and their windows, link attach and
+// detach, link credit, multi-frame transfers and dispositions, and knows
+// nothing about what the messages mean: a Handler decides.
+//
+// Each connection has one reader goroutine, which decodes frames and calls
+// the handler, and one writer goroutine, which writes every frame queued
+// since its last write with a single call. Handler callbacks run on the
+// reader goroutine without any engine lock held; the methods handlers call
+// (Link.Send, Link.Settle, Delivery.Settle, Link.Drained, Link.Close,
+// Conn.Close, the Accept methods) only queue frames and never block, so
+// they may be called from callbacks or from any other goroutine.
+//
+// A link the peer attaches is inbound when the peer sends (it attached
+// as sender) and outbound when we send.
+//
+// Inbound: accept with an InboundHandler. The engine grants credit at
+// once, reassembles multi-frame transfers up to max-message-size, and
+// calls Deliver with each complete message; the handler settles every
+// delivery, in any order, from any goroutine:
+//
+//	func (q *queue) Deliver(d transport.Delivery) {
+//		msg := bytes.Clone(d.Payload) // d.Payload is only valid during Deliver
+//		q.store(msg, func(err error) {
+//			if err != nil {
+//				d.Settle(&frames.Rejected{Error: &frames.Error{Condition: "amqp:internal-error"}})
+//				return
+//			}
+//			d.Settle(&frames.Accepted{}) // disposition(settled) and more credit
+//		})
+//	}
+//
+// Outbound: accept with an OutboundHandler. Credit reports the peer's
+// credit as an absolute 64-bit limit; Send uses one credit per message and
+// fails with ErrNoCredit without it; a drain is answered with Drained
+// once nothing more is available; Disposition reports the peer's outcome
+// and, in rcv-settle-mode second, the handler confirms with Link.Settle:
+//
+//	func (c *consumer) Credit(l *transport.Link, cr transport.Credit) {
+//		for cr.Available() > 0 {
+//			m, ok := c.next()
+//			if !ok {
+//				break
+//			}
+//			id, err := l.Send(m.tag, 0, m.payload, false)
+//			if err != nil {
+//				break
+//			}
+//			c.track(id, m)
+//			cr = l.Credit()
+//		}
+//		if cr.Drain {
+//			l.Drained() // flow(drain=true, link-credit=0) goes out now
+//		}
+//	}
+//
+//	func (c *consumer) Disposition(l *transport.Link, id uint32, state frames.DeliveryState, settled bool) {
+//		c.apply(id, state)
+//		if !settled {
+//			l.Settle(id, state) // disposition(role=sender, settled=true)
+//		}
+//	}
+//
+// Attach decisions may be made later: Handler.Attach may return without
+// answering and call Accept or Refuse from another goroutine; Link.Done
+// tells it when the peer gave up first. Refuse sends the attach with a null
+// terminus followed by detach(closed=true, error), which clients report as
+// the attach's error.
+//
+// The engine follows the habits of the Azure Service Bus SDKs (go-amqp and
+// rhea) where the spec leaves room: channel-max is never 0, every flow
+// carries next-incoming-id, settle modes are echoed explicitly, detach is
+// always closed=true, end implicitly detaches a session's links, credit
+// survives between receive calls, and drains are answered at once.
+package transport

@@ -1,0 +1,235 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	amqp "github.com/Azure/go-amqp"
+	"github.com/walbus/walbus/amqpserver/frames"
+)
+
+func TestTooManyConnections(t *testing.T) {
+	ts := startServer(t, Config{MaxConnections: 1}, nil)
+	ts.dial(t, nil)
+	c, err := amqp.Dial(testCtx(t), "amqp://"+ts.addr, &amqp.ConnOptions{SASLType: amqp.SASLTypeAnonymous()})
+	if err == nil {
+		<-c.Done()
+		err = c.Err()
+	}
+	var ce *amqp.ConnError
+	if !errors.As(err, &ce) || ce.RemoteErr == nil || ce.RemoteErr.Condition != amqp.ErrCondResourceLimitExceeded {
+		t.Fatalf("second connection saw %v", err)
+	}
+}
+
+func TestTooManySessions(t *testing.T) {
+	ts := startServer(t, Config{MaxSessions: 2}, nil)
+	// go-amqp honours our channel-max on its own.
+	c := ts.dial(t, nil)
+	newSession(t, c)
+	newSession(t, c)
+	if _, err := c.NewSession(testCtx(t), nil); err == nil {
+		t.Fatal("third session allowed")
+	}
+	// A peer that ignores it: begin on a channel above channel-max is a
+	// framing error (§2.7.1).
+	r := dialRaw(t, ts.addr)
+	r.open(frames.Open{})
+	r.begin(0)
+	r.send(2, &frames.Begin{IncomingWindow: 10, OutgoingWindow: 10}, nil)
+	if e, _ := r.expectClose(); condition(e) != CondFramingError {
+		t.Fatalf("close %v", e)
+	}
+}
+
+func TestTooManyLinks(t *testing.T) {
+	ts := startServer(t, Config{MaxLinksPerSession: 2}, nil)
+	s := newSession(t, ts.dial(t, nil))
+	for i := 0; i < 2; i++ {
+		if _, err := s.NewSender(testCtx(t), "q", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.NewSender(testCtx(t), "q", nil); err == nil {
+		t.Fatal("third link allowed")
+	}
+	// Raw: a handle above handle-max is a framing error (§2.7.2).
+	r := dialRaw(t, ts.addr)
+	r.open(frames.Open{})
+	r.begin(0)
+	r.send(0, &frames.Attach{Name: "x", Handle: 2, Role: frames.RoleSender, Target: &frames.Target{}, InitialDeliveryCount: frames.Some[uint32](0)}, nil)
+	if e, _ := r.expectClose(); condition(e) != CondFramingError {
+		t.Fatalf("close %v", e)
+	}
+}
+
+func TestHandleInUse(t *testing.T) {
+	ts := startServer(t, Config{}, nil)
+	r := dialRaw(t, ts.addr)
+	r.open(frames.Open{})
+	r.begin(0)
+	r.attachSender(0, 0, "a")
+	r.send(0, &frames.Attach{Name: "b", Handle: 0, Role: frames.RoleSender, Target: &frames.Target{}, InitialDeliveryCount: frames.Some[uint32](0)}, nil)
+	if e := expect[*frames.End](r); condition(e.Error) != CondHandleInUse {
+		t.Fatalf("end %v", e.Error)
+	}
+	if d := ts.h.nextDetached(t); condition(d.err) != CondHandleInUse {
+		t.Fatalf("detached with %v", d.err)
+	}
+	// Discarding until our end is answered, then the channel is free.
+	r.transfer(0, 0, 0, true, []byte("ignored"))
+	r.send(0, &frames.End{}, nil)
+	r.begin(0)
+}
+
+func TestUnattachedHandle(t *testing.T) {
+	ts := startServer(t, Config{}, nil)
+	r := dialRaw(t, ts.addr)
+	r.open(frames.Open{})
+	r.begin(0)
+	r.transfer(0, 5, 0, true, []byte("x"))
+	if e := expect[*frames.End](r); condition(e.Error) != CondUnattachedHandle {
+		t.Fatalf("end %v", e.Error)
+	}
+}
+
+func TestOversizeFrame(t *testing.T) {
+	ts := startServer(t, Config{MaxFrameSize: 1024}, nil)
+	r := dialRaw(t, ts.addr)
+	r.open(frames.Open{})
+	r.begin(0)
+	r.attachSender(0, 0, "s")
+	big := make([]byte, 2000)
+	r.transfer(0, 0, 0, false, big)
+	if e, _ := r.expectClose(); condition(e) != CondFramingError {
+		t.Fatalf("close %v", e)
+	}
+	r.expectEOF()
+}
+
+func TestMalformedFrames(t *testing.T) {
+	ts := startServer(t, Config{}, nil)
+	cases := map[string][]byte{
+		"size below 8":        {0, 0, 0, 4, 2, 0, 0, 0},
+		"data offset below 2": {0, 0, 0, 8, 1, 0, 0, 0},
+		"unknown frame type":  {0, 0, 0, 8, 2, 7, 0, 0},
+	}
+	for name, frame := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := dialRaw(t, ts.addr)
+			r.open(frames.Open{})
+			r.write(frame)
+			if e, _ := r.expectClose(); condition(e) != CondFramingError {
+				t.Fatalf("close %v", e)
+			}
+		})
+	}
+	decodeCases := map[string][]byte{
+		"not a described list": {0x40},
+		"unknown performative": {0x00, 0x53, 0x99, 0x45},
+		"truncated begin":      {0x00, 0x53, 0x11, 0xc0, 0x05, 0x02},
+		"begin missing fields": {0x00, 0x53, 0x11, 0x45},
+	}
+	for name, body := range decodeCases {
+		t.Run(name, func(t *testing.T) {
+			r := dialRaw(t, ts.addr)
+			r.open(frames.Open{})
+			frame := binary.BigEndian.AppendUint32(nil, uint32(8+len(body)))
+			frame = append(frame, 2, 0, 0, 0)
+			r.write(append(frame, body...))
+			if e, _ := r.expectClose(); condition(e) != CondDecodeError {
+				t.Fatalf("close %v", e)
+			}
+		})
+	}
+}
+
+// TestOversizeMessage: a delivery whose frames add up past
+// max-message-size detaches the link with message-size-exceeded.
+func TestOversizeMessage(t *testing.T) {
+	h := newTestHandler()
+	col := newCollector(h, 4)
+	h.inbound = func(*Link) InboundHandler { return col }
+	ts := startServer(t, Config{MaxFrameSize: 4096, MaxMessageSize: 10000}, h)
+	r := dialRaw(t, ts.addr)
+	r.open(frames.Open{})
+	r.begin(0)
+	a, _ := r.attachSender(0, 0, "s")
+	if a.MaxMessageSize.Or(0) != 10000 {
+		t.Fatalf("max-message-size %+v", a.MaxMessageSize)
+	}
+	chunk := make([]byte, 3000)
+	r.send(0, &frames.Transfer{Handle: 0, DeliveryID: frames.Some[uint32](0), DeliveryTag: []byte{1}, MessageFormat: frames.Some[uint32](0), More: true}, chunk)
+	r.send(0, &frames.Transfer{Handle: 0, More: true}, chunk)
+	r.send(0, &frames.Transfer{Handle: 0, More: true}, chunk)
+	r.send(0, &frames.Transfer{Handle: 0}, chunk)
+	d := expect[*frames.Detach](r)
+	if !d.Closed || condition(d.Error) != CondMessageSizeExceeded {
+		t.Fatalf("detach %+v", d)
+	}
+	r.send(0, &frames.Detach{Handle: 0, Closed: true}, nil)
+	if d := ts.h.nextDetached(t); condition(d.err) != CondMessageSizeExceeded {
+		t.Fatalf("Detached with %v", d.err)
+	}
+	if len(col.deliveries) != 0 {
+		t.Fatal("oversize message delivered")
+	}
+}
+
+// TestTransferWithoutCredit: a sender exceeding its credit loses the link.
+func TestTransferWithoutCredit(t *testing.T) {
+	h := newTestHandler()
+	h.reply = func(*Link) *Reply { return &Reply{Credit: 2} }
+	h.inbound = func(*Link) InboundHandler { return newCollector(h, 10) }
+	ts := startServer(t, Config{}, h)
+	r := dialRaw(t, ts.addr)
+	r.open(frames.Open{})
+	r.begin(0)
+	_, fl := r.attachSender(0, 0, "s")
+	if fl.LinkCredit.Value != 2 {
+		t.Fatalf("credit %d", fl.LinkCredit.Value)
+	}
+	for id := uint32(0); id < 3; id++ {
+		r.transfer(0, 0, id, false, []byte("x"))
+	}
+	if d := expect[*frames.Detach](r); condition(d.Error) != CondTransferLimit {
+		t.Fatalf("detach %+v", d)
+	}
+}
+
+// TestSessionWindowRefreshed: go-amqp stops sending at a remote incoming
+// window of 0, so more frames than its own window of 5000 must flow
+// without a stall (TestSessionWindowRefreshedRaw checks the flows).
+func TestSessionWindowRefreshed(t *testing.T) {
+	h := newTestHandler()
+	ts := startServer(t, Config{MaxFrameSize: 512}, h)
+	mode := amqp.SenderSettleModeSettled
+	snd, err := newSession(t, ts.dial(t, nil)).NewSender(testCtx(t), "q", &amqp.SenderOptions{SettlementMode: &mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 64<<10) // ~150 frames of 512 bytes each
+	for i := 0; i < 40; i++ {
+		if err := snd.Send(testCtx(t), amqp.NewMessage(body), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPeerHandleMax: our handles stay under the peer's handle-max; a peer
+// attaching more links than that leaves no way to answer.
+func TestPeerHandleMax(t *testing.T) {
+	ts := startServer(t, Config{}, nil)
+	r := dialRaw(t, ts.addr)
+	r.open(frames.Open{})
+	r.send(0, &frames.Begin{IncomingWindow: 100, OutgoingWindow: 100, HandleMax: frames.Some[uint32](0)}, nil)
+	expect[*frames.Begin](r)
+	if a, _ := r.attachSender(0, 0, "a"); a.Handle != 0 {
+		t.Fatalf("handle %d", a.Handle)
+	}
+	r.send(0, &frames.Attach{Name: "b", Handle: 1, Role: frames.RoleSender, Target: &frames.Target{}, InitialDeliveryCount: frames.Some[uint32](0)}, nil)
+	if e, _ := r.expectClose(); condition(e) != CondResourceLimit {
+		t.Fatalf("close %v", e)
+	}
+}

@@ -1,0 +1,209 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/walbus/walbus/amqpserver/frames"
+)
+
+// maxIdleSpare is the largest output buffer the writer keeps for reuse;
+// a bigger one (after a huge message) is dropped to return the memory.
+const maxIdleSpare = 4 << 20
+
+// writeLoop is the connection's only socket writer. Producers append whole
+// frames to c.out under mu and wake it; it swaps the buffer out and writes
+// everything queued with one call, so a burst of frames costs one syscall.
+func (c *Conn) writeLoop() {
+	defer close(c.writerDone)
+	var tick <-chan time.Time
+	if c.heartbeat > 0 {
+		// Checking at half the interval keeps every gap below the peer's
+		// idle-time-out (§2.4.5).
+		t := time.NewTicker(max(c.heartbeat/2, time.Millisecond))
+		defer t.Stop()
+		tick = t.C
+	}
+	spare := make([]byte, 0, initialReadBuffer)
+	lastWrite := time.Now()
+	for {
+		stopping := false
+		select {
+		case <-c.wake:
+		case now := <-tick:
+			if now.Sub(lastWrite) >= c.heartbeat {
+				c.mu.Lock()
+				if c.state == stateOpen && len(c.out) == 0 {
+					c.out = frames.AppendEmptyFrame(c.out)
+				}
+				c.mu.Unlock()
+			}
+		case <-c.stop:
+			stopping = true
+		}
+		for {
+			c.mu.Lock()
+			buf := c.out
+			c.out = spare[:0]
+			c.run.reset()
+			if c.outWaiting {
+				c.outWaiting = false
+				c.outDrained.Broadcast()
+			}
+			c.mu.Unlock()
+			if len(buf) == 0 {
+				spare = buf
+				break
+			}
+			if c.cfg.WriteTimeout > 0 {
+				_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+			}
+			if _, err := c.nc.Write(buf); err != nil {
+				c.writeFailed()
+				return
+			}
+			lastWrite = time.Now()
+			spare = buf[:0]
+			if cap(spare) > maxIdleSpare {
+				spare = nil
+			}
+		}
+		if stopping {
+			return
+		}
+	}
+}
+
+// writeFailed stops all output and wakes the reader, which then ends the
+// connection.
+func (c *Conn) writeFailed() {
+	c.mu.Lock()
+	c.writerDead = true
+	c.out = nil
+	c.outDrained.Broadcast()
+	c.mu.Unlock()
+	_ = c.nc.Close()
+}
+
+// wakeWriter tells the writer that out has frames. While the reader is
+// working through input it already has, the wake is held back until it
+// is about to block (see releaseWriter): the frames that input causes
+// then leave in one write instead of one each. Called with mu held.
+func (c *Conn) wakeWriter() {
+	if c.readerBusy {
+		c.wakeHeld = true
+		return
+	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// holdWriter marks the reader busy with buffered input.
+func (c *Conn) holdWriter() {
+	c.mu.Lock()
+	c.readerBusy = true
+	c.mu.Unlock()
+}
+
+// releaseWriter ends the reader's busy spell and delivers a held wake.
+// Called with mu held, before the reader blocks on anything.
+func (c *Conn) releaseWriter() {
+	c.readerBusy = false
+	if c.wakeHeld {
+		c.wakeHeld = false
+		c.wakeWriter()
+	}
+}
+
+// writable reports whether frames may still be queued: not after our
+// close (§2.4.3) and not once the socket failed. Called with mu held.
+func (c *Conn) writable() bool {
+	return c.state == stateOpen && !c.writerDead
+}
+
+// appendFrame queues one performative. Hot paths use the typed helpers
+// below instead, which keep the performative off the heap.
+func (c *Conn) appendFrame(channel uint16, p frames.Performative) {
+	if c.writerDead {
+		return
+	}
+	c.out = frames.AppendFrame(c.out, frames.TypeAMQP, channel, p, nil)
+	c.wakeWriter()
+}
+
+// appendClose queues close; the last frame ever written (§2.4.3).
+func (c *Conn) appendClose(err *frames.Error) {
+	c.appendFrame(0, &frames.Close{Error: err})
+}
+
+func (c *Conn) appendFlow(channel uint16, fl *frames.Flow) {
+	if !c.writable() {
+		return
+	}
+	var start int
+	c.out, start = frames.BeginFrame(c.out, frames.TypeAMQP, channel)
+	c.out = fl.AppendTo(c.out)
+	c.out = frames.EndFrame(c.out, start)
+	c.wakeWriter()
+}
+
+// dispositionRun remembers the disposition at the end of out so that the
+// next one for the adjacent delivery-id with the same plain outcome can
+// widen its range instead of adding a frame (§2.7.6: first..last).
+type dispositionRun struct {
+	start, end  int // bytes of the frame in out; end < 0 when there is none
+	channel     uint16
+	role        frames.Role
+	settled     bool
+	code        uint64
+	first, last uint32
+}
+
+func (r *dispositionRun) reset() { r.end = -1 }
+
+// plainStateCode reports states without fields, which can share a range.
+func plainStateCode(s frames.DeliveryState) (uint64, bool) {
+	switch s.(type) {
+	case nil:
+		return 0, true
+	case *frames.Accepted:
+		return frames.CodeAccepted, true
+	case *frames.Released:
+		return frames.CodeReleased, true
+	}
+	return 0, false
+}
+
+// appendDisposition queues disposition(role, id, settled, state), merging
+// it into the previous frame when that covers the adjacent id.
+func (c *Conn) appendDisposition(channel uint16, role frames.Role, id uint32, settled bool, state frames.DeliveryState) {
+	if !c.writable() {
+		return
+	}
+	code, plain := plainStateCode(state)
+	r := &c.run
+	if plain && r.end == len(c.out) && r.channel == channel && r.role == role &&
+		r.settled == settled && r.code == code && (r.last+1 == id || r.first-1 == id) {
+		c.out = c.out[:r.start]
+		if r.last+1 == id {
+			r.last = id
+		} else {
+			r.first = id
+		}
+	} else {
+		*r = dispositionRun{start: len(c.out), end: -1, channel: channel, role: role, settled: settled, code: code, first: id, last: id}
+	}
+	d := frames.Disposition{Role: role, First: r.first, Settled: settled, State: state}
+	if r.last != r.first {
+		d.Last = frames.Some(r.last)
+	}
+	var start int
+	c.out, start = frames.BeginFrame(c.out, frames.TypeAMQP, channel)
+	c.out = d.AppendTo(c.out)
+	c.out = frames.EndFrame(c.out, start)
+	if plain {
+		r.end = len(c.out)
+	}
+	c.wakeWriter()
+}
