@@ -408,4 +408,3 @@ func stringOf(body encoding.Map, key string) string {
 	s, _ := v.(string)
 	return s
 }
-
