@@ -3,6 +3,7 @@ package broker
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/walbus/walbus/index"
 	"github.com/walbus/walbus/log"
@@ -79,6 +80,7 @@ type Receiver struct {
 	assigned uint64 // deliveries handed out so far
 	closed   bool
 
+	session  atomic.Pointer[string] // the accepted session, readable from any goroutine
 	lostOnce sync.Once
 }
 

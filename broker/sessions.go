@@ -65,6 +65,7 @@ func (e *Entity) acceptSession(r *Receiver, sessionID string, done func(SessionL
 	}
 	lock := evs[len(evs)-1] // the SessionLocked event
 	r.opts.Session = lock.SessionID
+	r.session.Store(&lock.SessionID)
 	done(SessionLock{SessionID: lock.SessionID, LockedUntil: lock.Until}, nil)
 	return nil
 }
@@ -163,8 +164,13 @@ func (r *Receiver) SessionState() ([]byte, error) {
 }
 
 // Session is the session a session receiver holds, "" before it accepts
-// one. Safe to call from the goroutine that received AcceptSession's result.
-func (r *Receiver) Session() string { return r.opts.Session }
+// one. Safe to call from any goroutine.
+func (r *Receiver) Session() string {
+	if s := r.session.Load(); s != nil {
+		return *s
+	}
+	return ""
+}
 
 // SessionListAll is the updated-after time (unix ms) with which ListSessions
 // lists every session that has messages or state: the Go SDK asks with

@@ -1,0 +1,394 @@
+package amqpserver
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/walbus/walbus/amqpserver/encoding"
+	"github.com/walbus/walbus/amqpserver/frames"
+	"github.com/walbus/walbus/amqpserver/sas"
+	"github.com/walbus/walbus/amqpserver/transport"
+	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/projection"
+)
+
+// linkError turns a broker error into the error of a refused or detached
+// link.
+func linkError(err error) *frames.Error {
+	cond, _ := classify(err)
+	return &frames.Error{Condition: encoding.Symbol(cond), Description: err.Error()}
+}
+
+// authorize checks that the connection holds a claim with right on the
+// entity a link addresses, and watches the claim's expiry: when it lapses
+// without a new token the link is detached.
+func (cs *connState) authorize(l *transport.Link, e *broker.Entity, right sas.Rights) *frames.Error {
+	ok, until := cs.claims.allows(e.Name(), right, cs.s.cfg.Now())
+	if !ok {
+		return &frames.Error{Condition: condUnauthorized,
+			Description: fmt.Sprintf("Unauthorized access. '%s' claim(s) are required to perform this operation.", right)}
+	}
+	cs.guard(l, e.Name(), right, until)
+	return nil
+}
+
+// attachSender accepts a link on which the client sends to an entity.
+func (cs *connState) attachSender(l *transport.Link, address string) {
+	e, queue, err := cs.resolve(address)
+	if err != nil {
+		l.Refuse(linkError(err))
+		return
+	}
+	if ferr := cs.authorize(l, e, sas.Send); ferr != nil {
+		l.Refuse(ferr)
+		return
+	}
+	cfg, err := e.Config()
+	if err != nil {
+		l.Refuse(linkError(err))
+		return
+	}
+	l.AcceptInbound(&transport.Reply{MaxMessageSize: uint64(cfg.MaxMessageSize)}, &senderLink{e: e, queue: queue})
+}
+
+// senderLink stores what the client sends. Each transfer is accepted only
+// once its messages are durable, or rejected with the reason.
+type senderLink struct {
+	e     *broker.Entity
+	queue uint32
+}
+
+func (sl *senderLink) Detached(*transport.Link, *frames.Error) {}
+
+func (sl *senderLink) Deliver(d transport.Delivery) {
+	msgs, err := inbound(bytes.Clone(d.Payload), d.MessageFormat)
+	if err != nil {
+		d.Settle(&frames.Rejected{Error: &frames.Error{Condition: condDecodeError, Description: err.Error()}})
+		return
+	}
+	sl.e.Send(sl.queue, msgs, func(err error) {
+		if err != nil {
+			d.Settle(&frames.Rejected{Error: linkError(err)})
+			return
+		}
+		d.Settle(&frames.Accepted{})
+	})
+}
+
+// The session filter key and the descriptor the Go SDK wraps it in
+// (servicebus-wire.md §9).
+const (
+	sessionFilterKey   = "com.microsoft:session-filter"
+	lockedUntilUTCProp = "com.microsoft:locked-until-utc"
+	timeoutProp        = "com.microsoft:timeout"
+)
+
+// attachReceiver accepts a link on which the client receives from a queue
+// or its dead-letter subqueue; with a session filter it is a session
+// receiver, answered once a session is locked for it.
+func (cs *connState) attachReceiver(l *transport.Link, address string) {
+	e, queue, err := cs.resolve(address)
+	if err != nil {
+		l.Refuse(linkError(err))
+		return
+	}
+	if ferr := cs.authorize(l, e, sas.Listen); ferr != nil {
+		l.Refuse(ferr)
+		return
+	}
+	a := l.PeerAttach()
+	mode := broker.PeekLock
+	if a.SndSettleMode.Or(frames.SenderSettleMixed) == frames.SenderSettleSettled {
+		mode = broker.ReceiveAndDelete
+	}
+	var filter any
+	sessions := false
+	if a.Source != nil {
+		filter, sessions = a.Source.Filter.Get(sessionFilterKey)
+	}
+	rl := &receiverLink{cs: cs, l: l, e: e, queue: queue, mode: mode, unsettled: make(map[uint32]log.LockToken)}
+	r, err := e.Attach(broker.ReceiverOptions{Queue: queue, Name: l.Name(), Mode: mode, Sessions: sessions,
+		Deliver: rl.deliver, Lost: rl.lost})
+	if err != nil {
+		l.Refuse(linkError(err))
+		return
+	}
+	rl.r = r
+	if !sessions {
+		rl.accept(nil)
+		return
+	}
+	wanted := sessionFilterID(filter)
+	wait := cs.s.cfg.SessionWait
+	if v, found := a.Properties.Get(timeoutProp); found {
+		if ms, isNum := asInt64(v); isNum && ms > 0 {
+			wait = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if wanted != "" {
+		wait = 0 // a named session is granted or refused at once
+	}
+	r.AcceptSession(wanted, wait, func(lock broker.SessionLock, err error) {
+		if err != nil {
+			r.Detach(nil)
+			l.Refuse(linkError(err))
+			return
+		}
+		rl.mu.Lock()
+		rl.session = lock.SessionID
+		rl.mu.Unlock()
+		src := *a.Source
+		src.Filter = slices.Clone(a.Source.Filter)
+		src.Filter = src.Filter.Set(encoding.Symbol(sessionFilterKey), echoFilter(filter, lock.SessionID))
+		rl.accept(&transport.Reply{Source: &src,
+			Properties: encoding.Map{{Key: encoding.Symbol(lockedUntilUTCProp), Value: dotNetTicks(lock.LockedUntil)}}})
+	})
+}
+
+// sessionFilterID returns the session a filter names ("" for the next
+// available one). The Go SDK sends described(0x137000000C, id or null), the
+// JS SDK a plain string or null.
+func sessionFilterID(filter any) string {
+	v := filter
+	if d, isDescribed := filter.(encoding.Described); isDescribed {
+		v = d.Value
+	}
+	s, _ := v.(string)
+	return s
+}
+
+// echoFilter answers a session filter in the form the client used, with the
+// session actually locked.
+func echoFilter(filter any, session string) any {
+	if d, isDescribed := filter.(encoding.Described); isDescribed {
+		return encoding.Described{Descriptor: d.Descriptor, Value: session}
+	}
+	return session
+}
+
+// dotNetTicks is a unix-ns time as .NET ticks (100 ns since 0001-01-01).
+func dotNetTicks(ns int64) int64 { return ns/100 + 621355968000000000 }
+
+// receiverLink hands a broker receiver's messages to the client.
+type receiverLink struct {
+	cs    *connState
+	l     *transport.Link
+	e     *broker.Entity
+	queue uint32
+	mode  broker.Mode
+	r     *broker.Receiver
+
+	mu        sync.Mutex
+	session   string                   // the session it holds, for session receivers
+	unsettled map[uint32]log.LockToken // delivery-id -> lock, peek-lock deliveries not yet settled
+	held      []broker.Delivery        // deliveries waiting for credit
+	closed    bool
+}
+
+// accept answers the attach and starts receiving with the credit the
+// client granted meanwhile.
+func (rl *receiverLink) accept(reply *transport.Reply) {
+	if err := rl.l.AcceptOutbound(reply, rl); err != nil {
+		rl.r.Detach(nil)
+		return
+	}
+	rl.cs.mu.Lock()
+	if rl.cs.receivers == nil {
+		rl.cs.receivers = make(map[string]*receiverLink)
+	}
+	rl.cs.receivers[rl.l.Name()] = rl
+	rl.cs.mu.Unlock()
+	rl.Credit(rl.l, rl.l.Credit())
+}
+
+// Credit passes the client's credit to the broker receiver. The two count
+// the same deliveries: every broker delivery is sent on this link.
+func (rl *receiverLink) Credit(l *transport.Link, c transport.Credit) {
+	rl.mu.Lock()
+	rl.sendHeld()
+	rl.mu.Unlock()
+	if c.Drain {
+		rl.r.Drain(func(uint64) {
+			rl.mu.Lock()
+			rl.sendHeld()
+			rl.mu.Unlock()
+			l.Drained()
+		})
+		return
+	}
+	rl.r.SetLimit(c.Limit)
+}
+
+// deliver sends one broker delivery, from a broker goroutine.
+func (rl *receiverLink) deliver(d broker.Delivery) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	rl.held = append(rl.held, d)
+	rl.sendHeld()
+}
+
+// sendHeld sends the held deliveries while credit lasts. rl.mu is held.
+func (rl *receiverLink) sendHeld() {
+	for len(rl.held) > 0 && !rl.closed {
+		d := &rl.held[0]
+		payload, err := outbound(nil, d)
+		if err != nil {
+			rl.cs.s.logger.Error("cannot encode a delivery", "entity", rl.e.Name(), "seq", d.Seq, "err", err)
+			rl.l.Close(&frames.Error{Condition: condInternal, Description: "cannot encode a delivery"})
+			return
+		}
+		var tag []byte
+		if d.Token != (log.LockToken{}) {
+			t := deliveryTag(d.Token)
+			tag = t[:]
+		} else {
+			tag = []byte(fmt.Sprint(d.Seq))
+		}
+		id, err := rl.l.Send(tag, 0, payload, rl.mode == broker.ReceiveAndDelete)
+		if err != nil {
+			return // no credit now; Credit sends the rest
+		}
+		if rl.mode == broker.PeekLock {
+			rl.unsettled[id] = d.Token
+		}
+		rl.held[0] = broker.Delivery{}
+		rl.held = rl.held[1:]
+	}
+}
+
+// Disposition settles a delivery the client disposed of, and answers with
+// the outcome or with message-lock-lost.
+func (rl *receiverLink) Disposition(l *transport.Link, id uint32, state frames.DeliveryState, settled bool) {
+	rl.mu.Lock()
+	token, known := rl.unsettled[id]
+	delete(rl.unsettled, id)
+	rl.mu.Unlock()
+	if !known {
+		if !settled {
+			l.Settle(id, &frames.Rejected{Error: &frames.Error{Condition: condLockLost, Description: projection.ErrLockLost.Error()}})
+		}
+		return
+	}
+	s, err := settlement(state)
+	if err != nil {
+		if !settled {
+			l.Settle(id, &frames.Rejected{Error: linkError(err)})
+		}
+		return
+	}
+	s.Token = token
+	rl.e.Settle(rl.queue, s, func(err error) {
+		if settled {
+			return
+		}
+		if err != nil {
+			l.Settle(id, &frames.Rejected{Error: linkError(err)})
+			return
+		}
+		if _, deadLettered := state.(*frames.Rejected); deadLettered {
+			// A rejected outcome carrying an error reads as a failed
+			// settlement to go-amqp; Service Bus answers a dead-letter with
+			// a bare rejected.
+			state = &frames.Rejected{}
+		}
+		l.Settle(id, state)
+	})
+}
+
+// settlement maps a disposition state to a broker outcome
+// (servicebus-wire.md §5): accepted completes, released releases,
+// modified abandons or, with undeliverable-here, defers, and rejected
+// dead-letters with the reason and description of its error info.
+func settlement(state frames.DeliveryState) (broker.Settlement, error) {
+	var s broker.Settlement
+	switch st := state.(type) {
+	case *frames.Accepted:
+		s.Outcome = projection.Complete
+	case *frames.Released:
+		s.Outcome = projection.Release
+	case *frames.Modified:
+		s.Outcome = projection.Abandon
+		if st.UndeliverableHere {
+			s.Outcome = projection.Defer
+		}
+		if len(st.MessageAnnotations) > 0 {
+			props, err := encoding.AppendAny(nil, st.MessageAnnotations)
+			if err != nil {
+				return s, fmt.Errorf("%w: properties to modify: %v", projection.ErrInvalid, err)
+			}
+			s.Props = props
+		}
+	case *frames.Rejected:
+		s.Outcome = projection.DeadLetter
+		if st.Error != nil {
+			var rest encoding.Map
+			for _, kv := range st.Error.Info {
+				key, _ := kv.Key.(encoding.Symbol)
+				if skey, isStr := kv.Key.(string); isStr {
+					key = encoding.Symbol(skey)
+				}
+				switch key {
+				case propDeadLetterReason:
+					s.Reason, _ = kv.Value.(string)
+				case propDeadLetterDescription:
+					s.Description, _ = kv.Value.(string)
+				default:
+					rest = append(rest, encoding.MapEntry{Key: string(key), Value: kv.Value})
+				}
+			}
+			if len(rest) > 0 {
+				props, err := encoding.AppendAny(nil, rest)
+				if err != nil {
+					return s, fmt.Errorf("%w: dead-letter properties: %v", projection.ErrInvalid, err)
+				}
+				s.Props = props
+			}
+		}
+	default:
+		return s, fmt.Errorf("%w: disposition state %T", projection.ErrInvalid, state)
+	}
+	return s, nil
+}
+
+// lost detaches the link when its broker receiver can no longer receive
+// (session lock lost, entity deleted or failed).
+func (rl *receiverLink) lost(err error) {
+	var ferr *frames.Error
+	switch {
+	case errors.Is(err, projection.ErrSessionLockLost):
+		ferr = &frames.Error{Condition: condSessionLockLost, Description: err.Error()}
+	case errors.Is(err, broker.ErrClosed):
+		ferr = &frames.Error{Condition: condDetachForced, Description: err.Error()}
+	default:
+		ferr = linkError(err)
+	}
+	rl.l.Close(ferr)
+}
+
+// Detached lets the broker receiver go. Deliveries that never left (held
+// for credit) are released without counting a delivery; those sent keep
+// their locks until settled or expired.
+func (rl *receiverLink) Detached(l *transport.Link, _ *frames.Error) {
+	rl.mu.Lock()
+	rl.closed = true
+	var unsent []log.LockToken
+	for _, d := range rl.held {
+		if d.Token != (log.LockToken{}) {
+			unsent = append(unsent, d.Token)
+		}
+	}
+	rl.held = nil
+	rl.mu.Unlock()
+	rl.r.Detach(unsent)
+	rl.cs.mu.Lock()
+	if rl.cs.receivers[l.Name()] == rl {
+		delete(rl.cs.receivers, l.Name())
+	}
+	rl.cs.mu.Unlock()
+	rl.cs.unguard(l)
+}

@@ -1,0 +1,213 @@
+package amqpserver
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/walbus/walbus/amqpserver/frames"
+	"github.com/walbus/walbus/amqpserver/sas"
+	"github.com/walbus/walbus/amqpserver/transport"
+	"github.com/walbus/walbus/broker"
+)
+
+// The request/response nodes, $cbs and <entity>/$management. Clients attach
+// a sender for requests and a receiver for responses; requests name their
+// reply address in reply-to, which is the receiver's target address (Go)
+// or its link name (JS).
+
+// attachNode attaches one half of a request/response pair. mgmt is nil for
+// $cbs.
+func (cs *connState) attachNode(l *transport.Link, mgmt *mgmtTarget) {
+	if l.Inbound() {
+		if mgmt == nil && cs.s.cfg.Keys.Len() == 0 {
+			l.Refuse(&frames.Error{Condition: condNotAllowed, Description: "no keys are configured"})
+			return
+		}
+		if err := l.AcceptInbound(nil, &requestLink{cs: cs, mgmt: mgmt}); err != nil {
+			return
+		}
+		return
+	}
+	rl := &replyLink{cs: cs, l: l}
+	if err := l.AcceptOutbound(nil, rl); err != nil {
+		return
+	}
+	cs.mu.Lock()
+	if cs.replies == nil {
+		cs.replies = make(map[string]*replyLink)
+	}
+	if a := l.PeerAttach(); a.Target != nil && a.Target.Address != "" {
+		cs.replies[a.Target.Address] = rl
+	}
+	cs.replies[l.Name()] = rl
+	cs.mu.Unlock()
+}
+
+// managementTarget resolves a management address; a nil result with the
+// link refused.
+func (cs *connState) managementTarget(l *transport.Link, address string) *mgmtTarget {
+	e, queue, err := cs.resolve(address)
+	if err != nil {
+		l.Refuse(linkError(err))
+		return nil
+	}
+	if ok, _ := cs.claims.allows(address, 0, cs.s.cfg.Now()); !ok {
+		l.Refuse(&frames.Error{Condition: condUnauthorized, Description: "Unauthorized access: no token covers " + address})
+		return nil
+	}
+	return &mgmtTarget{e: e, queue: queue, links: cs, owner: "mgmt:" + l.Name()}
+}
+
+// requestLink receives requests for a node.
+type requestLink struct {
+	cs   *connState
+	mgmt *mgmtTarget // nil for $cbs
+}
+
+func (rl *requestLink) Detached(*transport.Link, *frames.Error) {}
+
+func (rl *requestLink) Deliver(d transport.Delivery) {
+	req, err := parseRequest(d.Payload) // copies what it keeps
+	if err != nil {
+		d.Settle(&frames.Rejected{Error: &frames.Error{Condition: condDecodeError, Description: err.Error()}})
+		return
+	}
+	d.Settle(&frames.Accepted{})
+	reply := func(resp rpcResponse) { rl.cs.respond(d.Link, &req, resp) }
+	if rl.mgmt == nil {
+		if op := req.prop("operation"); op != "put-token" {
+			reply(rpcResponse{status: 501, condition: condNotImplemented, description: fmt.Sprintf("operation %q is not supported", op)})
+			return
+		}
+		reply(putToken(&req, rl.cs.s.cfg.Keys, rl.cs.s.b, &rl.cs.claims, rl.cs.s.cfg.Now()))
+		return
+	}
+	rl.cs.s.countOp(req.prop("operation"))
+	if need := opRights(req.prop("operation")); need != 0 {
+		path := rl.mgmt.e.Name()
+		if ok, _ := rl.cs.claims.allows(path, need, rl.cs.s.cfg.Now()); !ok {
+			reply(rpcResponse{status: 401, condition: condUnauthorized,
+				description: fmt.Sprintf("Unauthorized access. '%s' claim(s) are required to perform this operation.", need)})
+			return
+		}
+	}
+	rl.mgmt.handle(&req, reply)
+}
+
+// opRights is the right a management operation needs.
+func opRights(op string) sas.Rights {
+	switch op {
+	case "com.microsoft:schedule-message", "com.microsoft:cancel-scheduled-message":
+		return sas.Send
+	}
+	return sas.Listen
+}
+
+// respond sends a response on the reply link the request names: by target
+// address, then by link name, then the one reply link in the request's
+// session attached to the same node.
+func (cs *connState) respond(requestLink *transport.Link, req *rpcRequest, resp rpcResponse) {
+	payload, err := resp.encode(req)
+	if err != nil {
+		cs.s.logger.Error("cannot encode a response", "err", err)
+		return
+	}
+	cs.mu.Lock()
+	rl := cs.replies[req.replyTo]
+	if rl == nil {
+		for _, r := range cs.replies {
+			if r.l.Session() == requestLink.Session() && sameNode(r.l, requestLink) {
+				rl = r
+				break
+			}
+		}
+	}
+	cs.mu.Unlock()
+	if rl == nil {
+		cs.s.logger.Warn("no reply link for a response", "reply_to", req.replyTo)
+		return
+	}
+	rl.send(payload)
+}
+
+func sameNode(reply, request *transport.Link) bool {
+	ra, qa := reply.PeerAttach(), request.PeerAttach()
+	return ra.Source != nil && qa.Target != nil && ra.Source.Address == qa.Target.Address
+}
+
+// replyLink sends responses, pre-settled, as credit allows.
+type replyLink struct {
+	cs *connState
+	l  *transport.Link
+
+	mu      sync.Mutex
+	pending [][]byte
+	tag     uint64
+}
+
+func (rl *replyLink) send(payload []byte) {
+	rl.mu.Lock()
+	rl.pending = append(rl.pending, payload)
+	rl.flush()
+	rl.mu.Unlock()
+}
+
+// flush sends pending responses while there is credit. rl.mu is held.
+func (rl *replyLink) flush() {
+	for len(rl.pending) > 0 {
+		rl.tag++
+		tag := binary.BigEndian.AppendUint64(nil, rl.tag)
+		if _, err := rl.l.Send(tag, 0, rl.pending[0], true); err != nil {
+			return // no credit: wait for the next flow
+		}
+		rl.pending[0] = nil
+		rl.pending = rl.pending[1:]
+	}
+}
+
+func (rl *replyLink) Credit(l *transport.Link, c transport.Credit) {
+	rl.mu.Lock()
+	rl.flush()
+	rl.mu.Unlock()
+	if c.Drain {
+		l.Drained()
+	}
+}
+
+func (rl *replyLink) Disposition(l *transport.Link, id uint32, state frames.DeliveryState, settled bool) {
+	if !settled {
+		l.Settle(id, state)
+	}
+}
+
+func (rl *replyLink) Detached(l *transport.Link, _ *frames.Error) {
+	rl.cs.mu.Lock()
+	for k, v := range rl.cs.replies {
+		if v == rl {
+			delete(rl.cs.replies, k)
+		}
+	}
+	rl.cs.mu.Unlock()
+}
+
+// receiverLookup, for management operations that act as a receive link.
+func (cs *connState) receiverForLink(name string) *broker.Receiver {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if rl := cs.receivers[name]; rl != nil {
+		return rl.r
+	}
+	return nil
+}
+
+func (cs *connState) receiverForSession(e *broker.Entity, queue uint32, session string) *broker.Receiver {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, rl := range cs.receivers {
+		if rl.e == e && rl.queue == queue && rl.r != nil && rl.r.Session() == session && session != "" {
+			return rl.r
+		}
+	}
+	return nil
+}

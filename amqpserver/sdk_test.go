@@ -1,0 +1,123 @@
+package amqpserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/walbus/walbus/amqpserver/sas"
+	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/projection"
+)
+
+// testBroker is a real broker and AMQP server on a loopback port.
+type testBroker struct {
+	b    *broker.Broker
+	srv  *Server
+	addr string
+	// clients counts SDK clients; each opens at most one connection unless
+	// something made it reconnect. Tests that cause reconnects on purpose
+	// set reconnects.
+	clients    atomic.Int64
+	reconnects bool
+}
+
+func startBroker(t *testing.T, queues map[string]projection.Config) *testBroker {
+	t.Helper()
+	b, _, err := broker.Open(broker.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cfg := range queues {
+		if _, err := b.CreateQueue(name, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := sas.NewKeys(
+		sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE", Rights: sas.Manage},
+		sas.Key{Name: "SendOnly", Value: "send-key", Rights: sas.Send},
+		sas.Key{Name: "ListenOnly", Value: "listen-key", Rights: sas.Listen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(b, Config{Keys: keys})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	tb := &testBroker{b: b, srv: srv, addr: l.Addr().String()}
+	t.Cleanup(func() {
+		// A reply the SDK reads as an error makes it tear the connection
+		// down and retry: it would pass slowly, not fail, without this.
+		if n, c := srv.ConnectionsOpened(), uint64(tb.clients.Load()); n > c && !tb.reconnects && !t.Failed() {
+			t.Errorf("%d clients opened %d connections: something made them reconnect", c, n)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		b.Close()
+	})
+	return tb
+}
+
+func (tb *testBroker) connString(keyName, key string) string {
+	return fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s;UseDevelopmentEmulator=true", tb.addr, keyName, key)
+}
+
+func (tb *testBroker) client(t *testing.T) *azservicebus.Client {
+	t.Helper()
+	c, err := azservicebus.NewClientFromConnectionString(tb.connString("RootManageSharedAccessKey", "SAS_KEY_VALUE"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.clients.Add(1)
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestSDKSendReceiveComplete(t *testing.T) {
+	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	c := tb.client(t)
+	ctx := ctxT(t)
+	s, err := c.NewSender("q1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SendMessage(ctx, &azservicebus.Message{Body: []byte("hello")}, nil); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	r, err := c.NewReceiverForQueue("q1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := r.ReceiveMessages(ctx, 1, nil)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("receive: %v %v", msgs, err)
+	}
+	m := msgs[0]
+	if string(m.Body) != "hello" || m.DeliveryCount != 1 || m.SequenceNumber == nil || m.LockedUntil == nil {
+		t.Fatalf("received %+v", m)
+	}
+	if err := r.CompleteMessage(ctx, m, nil); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+	peeked, err := r.PeekMessages(ctx, 10, nil)
+	if err != nil || len(peeked) != 0 {
+		t.Fatalf("after complete: %v %v", peeked, err)
+	}
+}
+
+func contextWithTimeout(t *testing.T, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
