@@ -1,6 +1,7 @@
 package amqpserver
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -51,7 +52,10 @@ func parseRequest(payload []byte) (rpcRequest, error) {
 	if err != nil {
 		return req, err
 	}
+	// The payload is only valid during Deliver and responses go out later:
+	// keep copies.
 	req.messageID = props.MessageID
+	req.messageID.Bytes = bytes.Clone(props.MessageID.Bytes)
 	req.replyTo = string(props.ReplyTo)
 	if s.ApplicationProperties.Present() {
 		r := encoding.NewReader(s.ValueBytes(s.ApplicationProperties))

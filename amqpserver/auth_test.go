@@ -1,0 +1,159 @@
+package amqpserver
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/walbus/walbus/amqpserver/sas"
+	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/projection"
+)
+
+// startRaw is startBroker with a custom server config, for go-amqp tests.
+func startRaw(t *testing.T, cfg Config) (*broker.Broker, string) {
+	t.Helper()
+	b, _, err := broker.Open(broker.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateQueue("q1", projection.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Keys.Len() == 0 {
+		cfg.Keys, _ = sas.NewKeys(sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE", Rights: sas.Manage},
+			sas.Key{Name: "ListenOnly", Value: "listen-key", Rights: sas.Listen})
+	}
+	srv := New(b, cfg)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		b.Close()
+	})
+	return b, l.Addr().String()
+}
+
+// putTokenRaw performs a CBS put-token with go-amqp, as the SDKs do.
+func putTokenRaw(t *testing.T, conn *amqp.Conn, audience, token string) (int32, string) {
+	t.Helper()
+	ctx := ctxT(t)
+	sess, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(ctx)
+	snd, err := sess.NewSender(ctx, "$cbs", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv, err := sess.NewReceiver(ctx, "$cbs", &amqp.ReceiverOptions{TargetAddress: "cbs-reply", Credit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := &amqp.Message{
+		Properties:            &amqp.MessageProperties{MessageID: "req-1", ReplyTo: strPtr("cbs-reply")},
+		ApplicationProperties: map[string]any{"operation": "put-token", "type": sasTokenType, "name": audience, "expiration": "0"},
+		Value:                 token,
+	}
+	if err := snd.Send(ctx, msg, nil); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rcv.Receive(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Properties == nil || resp.Properties.CorrelationID != "req-1" {
+		t.Fatalf("response correlation %+v", resp.Properties)
+	}
+	status, _ := resp.ApplicationProperties["status-code"].(int32)
+	desc, _ := resp.ApplicationProperties["status-description"].(string)
+	return status, desc
+}
+
+func strPtr(s string) *string { return &s }
+
+func dial(t *testing.T, addr string, opts *amqp.ConnOptions) *amqp.Conn {
+	t.Helper()
+	conn, err := amqp.Dial(ctxT(t), "amqp://"+addr, opts)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// SASL PLAIN with a key name and key authorises the connection for that
+// key's rights without any token.
+func TestSASLPlainAuthorisesTheConnection(t *testing.T) {
+	_, addr := startRaw(t, Config{})
+	conn := dial(t, addr, &amqp.ConnOptions{SASLType: amqp.SASLTypePlain("ListenOnly", "listen-key")})
+	sess, err := conn.NewSession(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sess.NewReceiver(ctxT(t), "q1", nil); err != nil {
+		t.Fatalf("Listen key receiving: %v", err)
+	}
+	_, err = sess.NewSender(ctxT(t), "q1", nil)
+	var amqpErr *amqp.Error
+	if !errors.As(err, &amqpErr) || amqpErr.Condition != "amqp:unauthorized-access" {
+		t.Fatalf("Listen key sending: %v", err)
+	}
+	if _, err := amqp.Dial(ctxT(t), "amqp://"+addr, &amqp.ConnOptions{SASLType: amqp.SASLTypePlain("ListenOnly", "wrong")}); err == nil {
+		t.Fatal("a wrong key was accepted")
+	}
+}
+
+// A connection that authorises nothing is closed after the grace period.
+func TestUnauthorisedConnectionIsClosed(t *testing.T) {
+	_, addr := startRaw(t, Config{AuthTimeout: 300 * time.Millisecond})
+	conn := dial(t, addr, &amqp.ConnOptions{SASLType: amqp.SASLTypeAnonymous()})
+	sess, err := conn.NewSession(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Attaching without a claim is refused...
+	if _, err := sess.NewSender(ctxT(t), "q1", nil); err == nil {
+		t.Fatal("attached without authorization")
+	}
+	// ...and then the connection goes.
+	select {
+	case <-conn.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the unauthorised connection stayed open")
+	}
+	var connErr *amqp.ConnError
+	if err := conn.Err(); !errors.As(err, &connErr) || connErr.RemoteErr == nil || connErr.RemoteErr.Condition != "amqp:unauthorized-access" {
+		t.Fatalf("closed with %v", conn.Err())
+	}
+}
+
+// When the token that authorised a link expires, the link is detached.
+func TestExpiredTokenDetachesItsLinks(t *testing.T) {
+	_, addr := startRaw(t, Config{})
+	conn := dial(t, addr, &amqp.ConnOptions{SASLType: amqp.SASLTypeAnonymous()})
+	key := sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE"}
+	audience := "amqp://" + addr + "/q1"
+	if status, desc := putTokenRaw(t, conn, audience, sas.Sign(audience, key, time.Now().Add(1500*time.Millisecond), sas.GoStyle)); status != 202 {
+		t.Fatalf("put-token: %d %s", status, desc)
+	}
+	sess, _ := conn.NewSession(ctxT(t), nil)
+	rcv, err := sess.NewReceiver(ctxT(t), "q1", &amqp.ReceiverOptions{Credit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = rcv.Receive(ctxT(t), nil)
+	var linkErr *amqp.LinkError
+	if !errors.As(err, &linkErr) || linkErr.RemoteErr == nil || linkErr.RemoteErr.Condition != "amqp:unauthorized-access" {
+		t.Fatalf("receive after the token expired: %v", err)
+	}
+}

@@ -1,0 +1,186 @@
+package amqpserver
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/go-amqp"
+	"github.com/walbus/walbus/projection"
+)
+
+// Every message property and every application-property type survives the
+// broker, with the exact Go types azservicebus's own TestReceiverAMQPDataTypes
+// expects.
+func TestSDKMessagePropertiesRoundTrip(t *testing.T) {
+	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	c := tb.client(t)
+	s, _ := c.NewSender("q1", nil)
+	stamp := time.Date(2000, 1, 1, 1, 2, 3, 0, time.UTC)
+	sent := &azservicebus.Message{
+		Body:             []byte("hello, this is the body"),
+		MessageID:        to.Ptr("id-1"),
+		CorrelationID:    to.Ptr("corr-1"),
+		Subject:          to.Ptr("subject-1"),
+		To:               to.Ptr("to-1"),
+		ReplyTo:          to.Ptr("reply-1"),
+		ReplyToSessionID: to.Ptr("reply-session-1"),
+		ContentType:      to.Ptr("application/test"),
+		TimeToLive:       to.Ptr(time.Hour),
+		PartitionKey:     to.Ptr("pk-1"),
+		ApplicationProperties: map[string]any{
+			"timestamp": stamp,
+			"byte":      byte(128), "uint8": int8(101), "uint32": int32(400), "uint64": int64(400),
+			"int": 400, "int8": int8(-101), "int32": int32(-400), "int64": int64(-400),
+			"float": 400.1, "float64": float64(400.1),
+			"string": "hello world", "char": 'g', "char2": '❤', "bool": true,
+			"uuid": amqp.UUID([16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}),
+		},
+	}
+	before := time.Now().Add(-time.Second)
+	if err := s.SendMessage(ctxT(t), sent, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := c.NewReceiverForQueue("q1", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+	m := receiveN(t, r, 1)[0]
+	if string(m.Body) != string(sent.Body) || m.MessageID != "id-1" || *m.CorrelationID != "corr-1" || *m.Subject != "subject-1" ||
+		*m.To != "to-1" || *m.ReplyTo != "reply-1" || *m.ReplyToSessionID != "reply-session-1" ||
+		*m.ContentType != "application/test" || *m.TimeToLive != time.Hour || *m.PartitionKey != "pk-1" {
+		t.Fatalf("system properties changed: %+v", m)
+	}
+	if m.EnqueuedTime == nil || m.EnqueuedTime.Before(before) || m.ExpiresAt == nil ||
+		!m.ExpiresAt.Equal(m.EnqueuedTime.Add(time.Hour)) || m.SequenceNumber == nil || m.State != azservicebus.MessageStateActive {
+		t.Fatalf("broker properties: enqueued %v expires %v seq %v state %v", m.EnqueuedTime, m.ExpiresAt, m.SequenceNumber, m.State)
+	}
+	got := m.ApplicationProperties
+	if d := stamp.Sub(got["timestamp"].(time.Time)); d != 0 {
+		t.Fatalf("timestamp off by %v", d)
+	}
+	delete(got, "timestamp")
+	want := map[string]any{
+		"byte": byte(128), "uint8": int8(101), "uint32": int32(400), "uint64": int64(400),
+		"int": int64(400), "int8": int8(-101), "int32": int32(-400), "int64": int64(-400),
+		"float": float64(400.1), "float64": float64(400.1),
+		"string": "hello world", "char": 'g', "char2": '❤', "bool": true,
+		"uuid": amqp.UUID([16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}),
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("application properties\n got %#v\nwant %#v", got, want)
+	}
+}
+
+// A message sent without an id gets one (Service Bus assigns it).
+func TestSDKMessageIDAssigned(t *testing.T) {
+	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	c := tb.client(t)
+	sendBodies(t, c, "q1", "x")
+	r, _ := c.NewReceiverForQueue("q1", nil)
+	if m := receiveN(t, r, 1)[0]; len(m.MessageID) != 36 {
+		t.Fatalf("message id %q", m.MessageID)
+	}
+}
+
+func TestSDKBatchSend(t *testing.T) {
+	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	c := tb.client(t)
+	s, _ := c.NewSender("q1", nil)
+	batch, err := s.NewMessageBatch(ctxT(t), nil)
+	if err != nil {
+		t.Fatalf("new batch (needs max-message-size on the sender attach): %v", err)
+	}
+	for _, b := range []string{"one", "two", "three"} {
+		if err := batch.AddMessage(&azservicebus.Message{Body: []byte(b)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SendMessageBatch(ctxT(t), batch, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := c.NewReceiverForQueue("q1", nil)
+	msgs := receiveN(t, r, 3)
+	for i, want := range []string{"one", "two", "three"} {
+		if string(msgs[i].Body) != want || i > 0 && *msgs[i].SequenceNumber <= *msgs[i-1].SequenceNumber {
+			t.Fatalf("batch message %d: %q seq %d", i, msgs[i].Body, *msgs[i].SequenceNumber)
+		}
+	}
+}
+
+// Peek in SequenceNumber order, paging with last+1, including locked,
+// deferred and scheduled messages.
+func TestSDKPeekPagingAndStates(t *testing.T) {
+	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	c := tb.client(t)
+	sendBodies(t, c, "q1", "0", "1", "2", "3", "4", "5", "6")
+	s, _ := c.NewSender("q1", nil)
+	if _, err := s.ScheduleMessages(ctxT(t), []*azservicebus.Message{{Body: []byte("later")}}, time.Now().Add(time.Hour), nil); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := c.NewReceiverForQueue("q1", nil)
+	locked := receiveN(t, r, 2)
+	if err := r.DeferMessage(ctxT(t), locked[1], nil); err != nil {
+		t.Fatal(err)
+	}
+	var bodies []string
+	states := map[string]azservicebus.MessageState{}
+	var from *int64
+	for page := 0; page < 10; page++ {
+		msgs, err := r.PeekMessages(ctxT(t), 3, &azservicebus.PeekMessagesOptions{FromSequenceNumber: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			bodies = append(bodies, string(m.Body))
+			states[string(m.Body)] = m.State
+		}
+		from = to.Ptr(*msgs[len(msgs)-1].SequenceNumber + 1)
+	}
+	if want := []string{"0", "1", "2", "3", "4", "5", "6", "later"}; !reflect.DeepEqual(bodies, want) {
+		t.Fatalf("peeked %v, want %v", bodies, want)
+	}
+	if states["1"] != azservicebus.MessageStateDeferred || states["later"] != azservicebus.MessageStateScheduled || states["0"] != azservicebus.MessageStateActive {
+		t.Fatalf("states %v", states)
+	}
+}
+
+func TestSDKScheduleAndCancel(t *testing.T) {
+	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	c := tb.client(t)
+	s, _ := c.NewSender("q1", nil)
+	soon := time.Now().Add(700 * time.Millisecond)
+	seqs, err := s.ScheduleMessages(ctxT(t), []*azservicebus.Message{{Body: []byte("soon")}, {Body: []byte("cancelled")}}, soon, nil)
+	if err != nil || len(seqs) != 2 {
+		t.Fatalf("schedule: %v %v", seqs, err)
+	}
+	if err := s.CancelScheduledMessages(ctxT(t), seqs[1:], nil); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	// Sent with ScheduledEnqueueTime set, a message is scheduled too.
+	if err := s.SendMessage(ctxT(t), &azservicebus.Message{Body: []byte("annotated"), ScheduledEnqueueTime: &soon}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := c.NewReceiverForQueue("q1", nil)
+	msgs := receiveN(t, r, 2)
+	got := map[string]*azservicebus.ReceivedMessage{}
+	for _, m := range msgs {
+		got[string(m.Body)] = m
+	}
+	if got["soon"] == nil || got["annotated"] == nil {
+		t.Fatalf("received %v", msgs)
+	}
+	if time.Now().Before(soon) {
+		t.Fatal("a scheduled message arrived before its time")
+	}
+	if *got["soon"].SequenceNumber == seqs[0] {
+		t.Fatal("an activated message keeps its scheduling SequenceNumber; it should get a new one")
+	}
+	short, cancel := contextWithTimeout(t, 500*time.Millisecond)
+	defer cancel()
+	if extra, _ := r.ReceiveMessages(short, 1, nil); len(extra) != 0 {
+		t.Fatalf("the cancelled message arrived: %q", extra[0].Body)
+	}
+}
