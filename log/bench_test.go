@@ -131,3 +131,32 @@ func runProducers(b *testing.B, n int, newOp func() func()) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
 }
+
+// BenchmarkScan1KB: replay speed from disk, reading, checking and decoding
+// 1 KB records (what recovery does for the log tail).
+func BenchmarkScan1KB(b *testing.B) {
+	const n = 100_000
+	l, _, err := Open(b.TempDir(), Options{Sync: SyncNone})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	body := make([]byte, 1024-MinRecordSize-10)
+	for range n {
+		if _, err := l.Append([]Event{{Type: Enqueued, Time: 1, Message: body}}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	l.Append(nil, func(err error) { done <- err })
+	<-done
+	b.SetBytes(n * 1024)
+	b.ResetTimer()
+	for range b.N {
+		count := 0
+		if err := l.Scan(1, func(*Event) error { count++; return nil }); err != nil || count != n {
+			b.Fatalf("scanned %d: %v", count, err)
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "events/s")
+}
