@@ -22,6 +22,10 @@ type Config struct {
 	RequiresDuplicateDetection bool          `json:"requiresDuplicateDetection"`
 	DuplicateWindow            time.Duration `json:"duplicateDetectionHistoryTimeWindow"`
 	MaxMessageSize             int           `json:"maxMessageSizeBytes"`
+	// Auto-forwarding destinations (entity names); the broker moves
+	// messages, so the projection only records them.
+	ForwardTo                     string `json:"forwardTo,omitempty"`
+	ForwardDeadLetteredMessagesTo string `json:"forwardDeadLetteredMessagesTo,omitempty"`
 }
 
 // Service Bus defaults and limits.
