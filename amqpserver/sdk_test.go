@@ -16,9 +16,11 @@ import (
 
 // testBroker is a real broker and AMQP server on a loopback port.
 type testBroker struct {
-	b    *broker.Broker
-	srv  *Server
-	addr string
+	dir    string
+	b      *broker.Broker
+	srv    *Server
+	addr   string
+	opened uint64 // connections opened by servers before a restart
 	// clients counts SDK clients; each opens at most one connection unless
 	// something made it reconnect. Tests that cause reconnects on purpose
 	// set reconnects.
@@ -28,14 +30,30 @@ type testBroker struct {
 
 func startBroker(t *testing.T, queues map[string]projection.Config) *testBroker {
 	t.Helper()
-	b, _, err := broker.Open(broker.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := &testBroker{dir: t.TempDir()}
+	tb.start(t, "127.0.0.1:0")
 	for name, cfg := range queues {
-		if _, err := b.CreateQueue(name, cfg); err != nil {
+		if _, err := tb.b.CreateQueue(name, cfg); err != nil {
 			t.Fatal(err)
 		}
+	}
+	t.Cleanup(func() {
+		// A reply the SDK reads as an error makes it tear the connection
+		// down and retry: it would pass slowly, not fail, without this.
+		if n, c := tb.opened+tb.srv.ConnectionsOpened(), uint64(tb.clients.Load()); n > c && !tb.reconnects && !t.Failed() {
+			t.Errorf("%d clients opened %d connections: something made them reconnect", c, n)
+		}
+		tb.stop()
+	})
+	return tb
+}
+
+// start opens the broker in tb.dir and serves it on addr.
+func (tb *testBroker) start(t *testing.T, addr string) {
+	t.Helper()
+	b, _, err := broker.Open(broker.Options{Dir: tb.dir})
+	if err != nil {
+		t.Fatal(err)
 	}
 	keys, err := sas.NewKeys(
 		sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE", Rights: sas.Manage},
@@ -45,24 +63,27 @@ func startBroker(t *testing.T, queues map[string]projection.Config) *testBroker 
 		t.Fatal(err)
 	}
 	srv := New(b, Config{Keys: keys})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go srv.Serve(l)
-	tb := &testBroker{b: b, srv: srv, addr: l.Addr().String()}
-	t.Cleanup(func() {
-		// A reply the SDK reads as an error makes it tear the connection
-		// down and retry: it would pass slowly, not fail, without this.
-		if n, c := srv.ConnectionsOpened(), uint64(tb.clients.Load()); n > c && !tb.reconnects && !t.Failed() {
-			t.Errorf("%d clients opened %d connections: something made them reconnect", c, n)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		b.Close()
-	})
-	return tb
+	tb.b, tb.srv, tb.addr = b, srv, l.Addr().String()
+}
+
+func (tb *testBroker) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tb.srv.Shutdown(ctx)
+	tb.b.Close()
+}
+
+// restart stops the broker (clients see amqp:connection:forced) and starts
+// it again on the same data and address.
+func (tb *testBroker) restart(t *testing.T) {
+	tb.opened += tb.srv.ConnectionsOpened()
+	tb.stop()
+	tb.start(t, tb.addr)
 }
 
 func (tb *testBroker) connString(keyName, key string) string {

@@ -1,0 +1,239 @@
+// Test harness: a real `walbus serve` per test file, configured with the
+// Azure Service Bus emulator's Config.json, and helpers for the tests.
+//
+// WALBUS_BIN names the broker binary (make test sets it); without it the
+// harness uses bin/walbus at the repository root. WALBUS_KEEP=1 keeps each
+// broker's data directory and log after the run.
+
+import { spawn } from "node:child_process";
+import { createWriteStream, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { setTimeout as sleep } from "node:timers/promises";
+import { after, before, test } from "node:test";
+import { ServiceBusClient } from "@azure/service-bus";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+// The emulator's defaults for a queue; tests override what they need.
+export const defaultQueueProperties = Object.freeze({
+  LockDuration: "PT1M",
+  MaxDeliveryCount: 3,
+  RequiresSession: false,
+  RequiresDuplicateDetection: false,
+  DuplicateDetectionHistoryTimeWindow: "PT20S",
+  DefaultMessageTimeToLive: "PT1H",
+  DeadLetteringOnMessageExpiration: false,
+  ForwardTo: "",
+  ForwardDeadLetteredMessagesTo: "",
+});
+
+// A Config.json in the emulator's format, one namespace, the given queues
+// ({name: properties to override}).
+export function emulatorConfig(queues) {
+  return {
+    UserConfig: {
+      Namespaces: [
+        {
+          Name: "sbemulatorns",
+          Queues: Object.entries(queues).map(([name, props]) => ({
+            Name: name,
+            Properties: { ...defaultQueueProperties, ...props },
+          })),
+          Topics: [],
+        },
+      ],
+      Logging: { Type: "File" },
+    },
+  };
+}
+
+function walbusBinary() {
+  const bin = process.env.WALBUS_BIN || path.resolve(here, "../../../bin/walbus");
+  if (!existsSync(bin)) {
+    throw new Error(`walbus binary ${bin} not found: build it (go build -o bin/walbus ./cmd/walbus) or set WALBUS_BIN`);
+  }
+  return bin;
+}
+
+async function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function canConnect(port) {
+  return new Promise((resolve) => {
+    const sock = net.connect({ host: "127.0.0.1", port });
+    sock.once("connect", () => {
+      sock.destroy();
+      resolve(true);
+    });
+    sock.once("error", () => resolve(false));
+  });
+}
+
+// Broker is one walbus process (restartable on the same port and data dir).
+export class Broker {
+  constructor(queues) {
+    this.queues = queues;
+    this.dir = mkdtempSync(path.join(os.tmpdir(), "walbus-jssdk-"));
+    this.dataDir = path.join(this.dir, "data");
+    this.configPath = path.join(this.dir, "Config.json");
+    this.logPath = path.join(this.dir, "walbus.log");
+    writeFileSync(this.configPath, JSON.stringify(emulatorConfig(queues), null, 2));
+    this.proc = null;
+    this.port = 0;
+    this.clients = [];
+  }
+
+  get connectionString() {
+    return (
+      `Endpoint=sb://127.0.0.1:${this.port};SharedAccessKeyName=RootManageSharedAccessKey;` +
+      "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true"
+    );
+  }
+
+  async start() {
+    if (!this.port) this.port = await freePort();
+    const log = createWriteStream(this.logPath, { flags: "a" });
+    await new Promise((resolve) => log.once("open", resolve));
+    const args = ["serve", "--data", this.dataDir, "--amqp", `127.0.0.1:${this.port}`, "--config", this.configPath];
+    const proc = spawn(walbusBinary(), args, { stdio: ["ignore", log, log] });
+    this.proc = proc;
+    let exited = null;
+    proc.once("exit", (code, signal) => {
+      exited = { code, signal };
+    });
+    const deadline = Date.now() + 30_000;
+    while (!(await canConnect(this.port))) {
+      if (exited) {
+        throw new Error(`walbus exited while starting (${JSON.stringify(exited)}):\n${this.logTail()}`);
+      }
+      if (Date.now() > deadline) {
+        await this.stop();
+        throw new Error(`walbus did not accept connections on ${this.port}:\n${this.logTail()}`);
+      }
+      await sleep(50);
+    }
+  }
+
+  // stop sends SIGTERM and, after a grace period, SIGKILL.
+  async stop() {
+    const proc = this.proc;
+    this.proc = null;
+    if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise((resolve) => proc.once("exit", resolve));
+    proc.kill("SIGTERM");
+    const killer = setTimeout(() => proc.kill("SIGKILL"), 15_000);
+    await exited;
+    clearTimeout(killer);
+  }
+
+  async restart() {
+    await this.stop();
+    await this.start();
+  }
+
+  // client makes a ServiceBusClient that close() closes.
+  client(options) {
+    const c = new ServiceBusClient(this.connectionString, options);
+    this.clients.push(c);
+    return c;
+  }
+
+  log() {
+    try {
+      return readFileSync(this.logPath, "utf8");
+    } catch {
+      return "";
+    }
+  }
+
+  logTail(lines = 60) {
+    return this.log().split("\n").slice(-lines).join("\n");
+  }
+
+  // connectionsOpened counts the AMQP connections the broker has accepted
+  // (it logs "connection opened" for each).
+  connectionsOpened() {
+    return this.log().split("\n").filter((l) => l.includes('msg="connection opened"')).length;
+  }
+
+  async close() {
+    for (const c of this.clients) {
+      await c.close().catch(() => {});
+    }
+    this.clients = [];
+    await this.stop();
+    if (process.env.WALBUS_KEEP) {
+      console.error(`walbus data and log kept in ${this.dir}`);
+    } else {
+      rmSync(this.dir, { recursive: true, force: true });
+    }
+  }
+}
+
+// brokerSuite starts one broker with the given queues for a test file and
+// returns a `test` function whose failures print the tail of the broker log.
+export function brokerSuite(queues) {
+  const broker = new Broker(queues);
+  before(async () => {
+    await broker.start();
+  });
+  after(async () => {
+    await broker.close();
+  });
+  const brokerTest = (name, fn, { timeout = 60_000 } = {}) =>
+    test(name, { timeout }, async (t) => {
+      try {
+        await fn(t);
+      } catch (err) {
+        console.error(`--- ${name}: walbus log (last lines) ---\n${broker.logTail()}\n---`);
+        throw err;
+      }
+    });
+  return { broker, test: brokerTest };
+}
+
+// uniqueId is a fresh message or session id.
+let counter = 0;
+export function uniqueId(prefix = "id") {
+  counter++;
+  return `${prefix}-${process.pid}-${Date.now()}-${counter}`;
+}
+
+// receiveAll receives until `count` messages have arrived or `windowMs`
+// passes without any; it never asserts on time.
+export async function receiveAll(receiver, count, { windowMs = 5_000, deadlineMs = 30_000 } = {}) {
+  const out = [];
+  const deadline = Date.now() + deadlineMs;
+  while (out.length < count && Date.now() < deadline) {
+    const got = await receiver.receiveMessages(count - out.length, { maxWaitTimeInMs: windowMs });
+    if (got.length === 0) break;
+    out.push(...got);
+  }
+  return out;
+}
+
+// waitFor polls fn until it returns a truthy value or the deadline passes
+// (then it returns the last value); for conditions that come true with time.
+export async function waitFor(fn, { deadlineMs = 20_000, everyMs = 200 } = {}) {
+  const deadline = Date.now() + deadlineMs;
+  for (;;) {
+    const v = await fn();
+    if (v || Date.now() > deadline) return v;
+    await sleep(everyMs);
+  }
+}
+
+// seqs is a list of sequence numbers (Long) as strings, for comparisons.
+export const seqs = (msgs) => msgs.map((m) => m.sequenceNumber.toString());
