@@ -54,6 +54,9 @@ type Server struct {
 	conns atomic.Uint64     // connections opened
 }
 
+// Stats returns the open connections, sessions and links.
+func (s *Server) Stats() transport.Stats { return s.engine.Stats() }
+
 // ConnectionsOpened counts the connections opened since start.
 func (s *Server) ConnectionsOpened() uint64 { return s.conns.Load() }
 

@@ -49,6 +49,8 @@ type Options struct {
 	// OnCommit, if set, is told about every group commit of every entity
 	// log (metrics). It runs on the log's writer goroutine.
 	OnCommit func(entity string, s log.CommitStats)
+	// OnSnapshot, if set, is told about every snapshot written.
+	OnSnapshot func(SnapshotStats)
 }
 
 func (o Options) withDefaults() Options {
@@ -174,6 +176,8 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		}
 		rec.Entities = append(rec.Entities, er)
 		b.entities[strings.ToLower(e.name)] = e
+		b.logger.Info("entity recovered", "entity", er.Name, "snapshot", er.Snapshot, "replayed", er.Replayed,
+			"took", er.Took, "tail_repair", er.Repair.String())
 	}
 	rec.Took = time.Since(start)
 	return b, rec, nil
@@ -303,8 +307,6 @@ func (b *Broker) openEntity(name string, id uint64, cfg projection.Config) (*Ent
 		}
 	}
 	rec.Took = time.Since(start)
-	b.logger.Info("entity recovered", "entity", name, "snapshot", rec.Snapshot, "replayed", rec.Replayed,
-		"took", rec.Took, "tail_repair", rep.Repair.String())
 	return e, rec, nil
 }
 

@@ -48,7 +48,8 @@ type Entity struct {
 	nextID    uint64
 	syncs     []chan error // Sync calls waiting for the end of the batch
 
-	snap snapshotState
+	snap  snapshotState
+	stats stats
 
 	closeOnce sync.Once
 }
@@ -201,6 +202,7 @@ func (e *Entity) commit(evs []log.Event, done func(error)) error {
 			return e.failed
 		}
 		e.trackCache(ev)
+		e.stats.count(ev)
 	}
 	e.snap.sinceLast += len(evs)
 	return nil
@@ -337,6 +339,9 @@ func (e *Entity) startSnapshot(then func(error)) {
 			err = e.truncate(dir, firstNeeded)
 		}
 		elapsed := time.Since(start)
+		if hook := e.b.opts.OnSnapshot; hook != nil {
+			hook(SnapshotStats{Entity: e.name, Index: index, Bytes: len(raw), Took: elapsed, Err: err})
+		}
 		e.post(func(e *Entity) {
 			e.snap.running = false
 			if err == nil {

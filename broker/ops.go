@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"errors"
+
 	"github.com/walbus/walbus/index"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
@@ -78,9 +80,17 @@ type Settlement struct {
 // with projection.ErrLockLost if the lock is gone.
 func (e *Entity) Settle(queue uint32, s Settlement, done func(error)) {
 	e.do(done, func(e *Entity) ([]log.Event, error) {
-		return e.decide(projection.Settle{Queue: queue, Token: s.Token, Outcome: s.Outcome, Props: s.Props,
+		evs, err := e.decide(projection.Settle{Queue: queue, Token: s.Token, Outcome: s.Outcome, Props: s.Props,
 			Reason: s.Reason, Description: s.Description})
+		e.countLockLost(err)
+		return evs, err
 	})
+}
+
+func (e *Entity) countLockLost(err error) {
+	if errors.Is(err, projection.ErrLockLost) {
+		e.stats.lockLost.Add(1)
+	}
 }
 
 // do decides on the actor with decide, commits, and calls done when durable.
@@ -108,6 +118,7 @@ func (e *Entity) Renew(queue uint32, tokens []log.LockToken, done func([]int64, 
 		var all []log.Event
 		for _, t := range tokens {
 			evs, err := e.decide(projection.Renew{Queue: queue, Token: t})
+			e.countLockLost(err)
 			if err != nil {
 				done(nil, err)
 				return

@@ -222,6 +222,7 @@ func (c *Conn) teardown(cause error) error {
 	for _, s := range c.sessions {
 		if s != nil {
 			s.finishLinks(linkErr)
+			c.srv.sessions.Add(-1)
 		}
 	}
 	c.sessions, c.outChannels = nil, nil

@@ -171,6 +171,7 @@ func (l *Link) accept(r *Reply, in InboundHandler, out OutboundHandler) error {
 	reply.DesiredCapabilities = r.DesiredCapabilities
 	c.appendFrame(l.sess.outChannel, reply)
 	l.state = linkAttached
+	l.conn.srv.links.Add(1)
 	l.inH, l.outH = in, out
 	if l.inbound {
 		l.maxSize = size
@@ -338,6 +339,9 @@ func (c *Conn) finishLink(l *Link, err *frames.Error) {
 		return
 	}
 	wasPending := l.state == linkPending
+	if !wasPending {
+		c.srv.links.Add(-1)
+	}
 	l.state = linkClosed
 	s := l.sess
 	if int(l.inHandle) < len(s.links) && s.links[l.inHandle] == l {

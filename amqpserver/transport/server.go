@@ -18,6 +18,8 @@ type Server struct {
 
 	nextID atomic.Uint64
 	active atomic.Int64 // connections counted against MaxConnections
+	// Open sessions and attached links, for metrics.
+	sessions, links atomic.Int64
 
 	mu        sync.Mutex
 	closed    bool
@@ -35,6 +37,16 @@ func NewServer(cfg Config, h Handler) *Server {
 		listeners:     make(map[net.Listener]struct{}),
 		conns:         make(map[*Conn]struct{}),
 	}
+}
+
+// Stats counts what is open right now.
+type Stats struct {
+	Connections, Sessions, Links int64
+}
+
+// Stats returns the open connections, sessions and attached links.
+func (s *Server) Stats() Stats {
+	return Stats{Connections: s.active.Load(), Sessions: s.sessions.Load(), Links: s.links.Load()}
 }
 
 // Config returns the configuration in use, defaults applied.

@@ -98,6 +98,7 @@ func (c *Conn) onBegin(channel uint16, perf []byte) *frames.Error {
 	}
 	c.sessions = growTo(c.sessions, int(channel))
 	c.sessions[channel] = s
+	c.srv.sessions.Add(1)
 	c.outChannels = growTo(c.outChannels, out)
 	c.outChannels[out] = s
 	c.appendFrame(s.outChannel, &frames.Begin{
@@ -130,6 +131,9 @@ func (s *Session) onEnd(perf []byte) *frames.Error {
 	if !s.ending {
 		s.finishLinks(e.Error)
 		c.appendFrame(s.outChannel, &frames.End{})
+	}
+	if c.sessions[s.inChannel] == s {
+		c.srv.sessions.Add(-1)
 	}
 	c.sessions[s.inChannel] = nil
 	c.outChannels[s.outChannel] = nil

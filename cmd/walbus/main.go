@@ -24,6 +24,8 @@ func run(args []string) int {
 		return 0
 	case "serve":
 		return serve(args[1:])
+	case "cert":
+		return certCmd(args[1:])
 	case "help", "-h", "--help":
 		usage()
 		return 0
@@ -37,7 +39,8 @@ func usage() {
 	fmt.Fprint(os.Stderr, `walbus: a durable Azure Service Bus compatible broker
 
 Usage:
-  walbus serve [flags]    run the broker
+  walbus serve [flags]    run the broker (walbus serve --help for its flags)
+  walbus cert [flags]     write a local CA and server certificate for TLS
   walbus version          print the version
 `)
 }

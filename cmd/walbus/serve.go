@@ -2,16 +2,21 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/walbus/walbus/admin"
 	"github.com/walbus/walbus/amqpserver"
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/amqpserver/transport"
@@ -25,68 +30,377 @@ const (
 	defaultKey     = "SAS_KEY_VALUE"
 )
 
-// serve runs the broker until SIGINT or SIGTERM.
-func serve(args []string) int {
+// serveOptions are the serve command's flags.
+type serveOptions struct {
+	data, amqpAddr, amqpsAddr, httpAddr, tlsCert, tlsKey, config string
+	sync, logLevel, logFormat, keysFile                          string
+	syncInterval                                                 time.Duration
+	keys                                                         keyFlags
+	noDefaultKey                                                 bool
+	limits                                                       transport.Config
+	maxFrameSize, maxMessageSize                                 int
+	authTimeout                                                  time.Duration
+	shutdownTimeout                                              time.Duration
+}
+
+// keyFlags collects repeated --key NAME=VALUE[:Rights] flags.
+type keyFlags []sas.Key
+
+func (k *keyFlags) String() string { return fmt.Sprint(len(*k), " keys") }
+
+func (k *keyFlags) Set(s string) error {
+	name, rest, ok := strings.Cut(s, "=")
+	if !ok || name == "" || rest == "" {
+		return errors.New("want NAME=KEY or NAME=KEY:Rights (rights: Send, Listen, Manage, comma separated)")
+	}
+	value, rightsText, hasRights := strings.Cut(rest, ":")
+	rights := sas.Manage
+	if hasRights {
+		r, err := sas.ParseRights(rightsText)
+		if err != nil {
+			return err
+		}
+		rights = r
+	}
+	*k = append(*k, sas.Key{Name: name, Value: value, Rights: rights})
+	return nil
+}
+
+func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	dataDir := fs.String("data", envOr("WALBUS_DATA", "./data"), "data directory")
-	amqpAddr := fs.String("amqp", envOr("WALBUS_AMQP", "127.0.0.1:5672"), "AMQP listen address")
-	syncFlag := fs.String("sync", envOr("WALBUS_SYNC", "always"), "fsync policy: always, interval or none (unsafe)")
+	fs.StringVar(&o.data, "data", "./data", "data directory")
+	fs.StringVar(&o.amqpAddr, "amqp", "127.0.0.1:5672", "AMQP listen address (plain TCP, as the emulator); empty to disable")
+	fs.StringVar(&o.amqpsAddr, "amqps", "", "AMQP over TLS listen address, e.g. 127.0.0.1:5671 (needs --tls-cert and --tls-key)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (PEM), for --amqps and HTTPS")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key file (PEM)")
+	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:5300", "HTTP listen address for /health and /metrics; empty to disable")
+	fs.StringVar(&o.config, "config", "", "emulator Config.json: entities to create if they do not exist")
+	fs.StringVar(&o.sync, "sync", "always", "fsync policy: always (nothing acknowledged before fsync), interval, or none (unsafe)")
+	fs.DurationVar(&o.syncInterval, "sync-interval", 10*time.Millisecond, "longest wait between fsyncs with --sync interval")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.keysFile, "keys", "", `JSON file of extra SAS keys: [{"name": "...", "key": "...", "rights": "Send,Listen"}]`)
+	fs.Var(&o.keys, "key", "an extra SAS key, NAME=KEY or NAME=KEY:Rights (repeatable)")
+	fs.BoolVar(&o.noDefaultKey, "no-default-key", false, "do not accept the emulator's default key "+defaultKeyName)
+	o.maxFrameSize, o.maxMessageSize = 256<<10, 1<<20
+	fs.IntVar(&o.limits.MaxConnections, "max-connections", 10000, "most AMQP connections at once")
+	fs.IntVar(&o.limits.MaxSessions, "max-sessions", 1024, "most sessions per connection (channel-max + 1)")
+	fs.IntVar(&o.limits.MaxLinksPerSession, "max-links", 1024, "most links per session (handle-max + 1)")
+	fs.Var(byteSize{&o.maxFrameSize}, "max-frame-size", "largest AMQP frame, e.g. 256KiB")
+	fs.Var(byteSize{&o.maxMessageSize}, "max-message-size", "largest message a link carries, e.g. 1MiB (up to 100MiB; entities may be lower)")
+	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", 60*time.Second, "close connections silent this long (half is advertised)")
+	fs.DurationVar(&o.authTimeout, "auth-timeout", 20*time.Second, "close connections that authorise nothing within this time")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "longest graceful shutdown before exiting anyway")
+	return fs
+}
+
+// serveUsage prints the serve command's help.
+func serveUsage(w io.Writer) {
+	fs := serveFlags(&serveOptions{})
+	fs.SetOutput(w)
+	fmt.Fprint(w, `Usage: walbus serve [flags]
+
+Runs the broker: AMQP 1.0 for the Azure Service Bus SDKs, HTTP for /health
+and /metrics. Every flag can also be set with an environment variable:
+WALBUS_ and the flag name in capitals with - as _, e.g. WALBUS_MAX_FRAME_SIZE.
+
+Connect with the emulator's connection string:
+  Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true
+
+Flags:
+`)
+	fs.PrintDefaults()
+}
+
+// byteSize is a flag of a size like 256KiB, 1MiB or 4096.
+type byteSize struct{ v *int }
+
+func (b byteSize) String() string {
+	if b.v == nil {
+		return ""
+	}
+	for _, u := range []struct {
+		suffix string
+		size   int
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if *b.v >= u.size && *b.v%u.size == 0 {
+			return fmt.Sprint(*b.v/u.size, u.suffix)
+		}
+	}
+	return fmt.Sprint(*b.v)
+}
+
+func (b byteSize) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*b.v = n
+	return nil
+}
+
+func parseSize(s string) (int, error) {
+	units := []struct {
+		suffix string
+		mult   int
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	mult := 1
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	var n int
+	if _, err := fmt.Sscanf(s, "%d", &n); err != nil || n < 0 || fmt.Sprint(n) != s {
+		return 0, fmt.Errorf("not a size: want a number of bytes, optionally with KiB, MiB or GiB")
+	}
+	return n * mult, nil
+}
+
+// parseServe reads the serve flags, then WALBUS_* variables for flags not
+// given on the command line. Errors are the user's: exit status 2.
+func parseServe(args []string) (*serveOptions, error) {
+	o := &serveOptions{}
+	fs := serveFlags(o)
+	fs.SetOutput(io.Discard) // errors are reported once, by the caller
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "WALBUS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok && !set[f.Name] && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("invalid value %q for %s: %v", v, env, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	if _, err := log.ParseSyncPolicy(o.sync); err != nil {
+		return nil, err
+	}
+	if _, err := parseLevel(o.logLevel); err != nil {
+		return nil, err
+	}
+	if o.logFormat != "text" && o.logFormat != "json" {
+		return nil, fmt.Errorf("unknown log format %q (want text or json)", o.logFormat)
+	}
+	if (o.amqpsAddr != "") && (o.tlsCert == "" || o.tlsKey == "") {
+		return nil, errors.New("--amqps needs --tls-cert and --tls-key")
+	}
+	if o.maxMessageSize > 100<<20 || o.maxMessageSize < 1 {
+		return nil, errors.New("--max-message-size is 1 byte to 100MiB")
+	}
+	if o.maxFrameSize < 512 || o.maxFrameSize > 1<<30 {
+		return nil, errors.New("--max-frame-size is 512 bytes to 1GiB")
+	}
+	o.limits.MaxFrameSize, o.limits.MaxMessageSize = uint32(o.maxFrameSize), uint64(o.maxMessageSize)
+	return o, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("unknown log level %q (want debug, info, warn or error)", s)
+	}
+	return l, nil
+}
+
+// loadKeys assembles the SAS keys: the default (unless refused), the keys
+// file and --key flags.
+func loadKeys(o *serveOptions) (sas.Keys, error) {
+	var all []sas.Key
+	if !o.noDefaultKey {
+		all = append(all, sas.Key{Name: defaultKeyName, Value: defaultKey, Rights: sas.Manage})
+	}
+	if o.keysFile != "" {
+		b, err := os.ReadFile(o.keysFile)
+		if err != nil {
+			return sas.Keys{}, err
+		}
+		var entries []struct{ Name, Key, Rights string }
+		if err := json.Unmarshal(b, &entries); err != nil {
+			return sas.Keys{}, fmt.Errorf("%s: %w", o.keysFile, err)
+		}
+		for _, en := range entries {
+			rights, err := sas.ParseRights(en.Rights)
+			if err != nil {
+				return sas.Keys{}, fmt.Errorf("%s: key %q: %w", o.keysFile, en.Name, err)
+			}
+			all = append(all, sas.Key{Name: en.Name, Value: en.Key, Rights: rights})
+		}
+	}
+	all = append(all, o.keys...)
+	if len(all) == 0 {
+		return sas.Keys{}, errors.New("no keys: give --key or --keys, or allow the default key")
+	}
+	return sas.NewKeys(all...)
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// serve runs the broker until SIGINT or SIGTERM. A second signal exits at
+// once: the log is the truth, so that is still safe.
+func serve(args []string) int {
+	o, err := parseServe(args)
+	if errors.Is(err, flag.ErrHelp) {
+		serveUsage(os.Stdout)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "walbus serve: %v\nRun 'walbus serve --help' for the flags.\n", err)
 		return 2
 	}
-	policy, err := log.ParseSyncPolicy(*syncFlag)
+	level, _ := parseLevel(o.logLevel)
+	var handler slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})
+	if o.logFormat == "json" {
+		handler = slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})
+	}
+	logger := slog.New(handler)
+	keys, err := loadKeys(o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "walbus serve:", err)
 		return 2
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	b, rec, err := broker.Open(broker.Options{Dir: *dataDir, Sync: policy, Logger: logger})
+	if !o.noDefaultKey {
+		for _, addr := range []string{o.amqpAddr, o.amqpsAddr} {
+			if addr != "" && !isLoopback(addr) {
+				logger.Warn("the emulator's default key is accepted on a non-loopback address; anyone who can reach it can use the broker",
+					"addr", addr, "key", defaultKeyName)
+			}
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	health := &admin.Health{}
+	metrics := admin.NewMetrics()
+	var httpSrv *http.Server
+	if o.httpAddr != "" {
+		ln, err := net.Listen("tcp", o.httpAddr)
+		if err != nil {
+			logger.Error("cannot listen for HTTP", "addr", o.httpAddr, "err", err)
+			return 1
+		}
+		httpSrv = &http.Server{Handler: admin.Handler(health, metrics), ReadHeaderTimeout: 10 * time.Second}
+		go httpSrv.Serve(ln)
+		logger.Info("listening", "http", ln.Addr().String())
+	}
+
+	policy, _ := log.ParseSyncPolicy(o.sync)
+	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, Logger: logger,
+		OnCommit: metrics.ObserveCommit, OnSnapshot: metrics.ObserveSnapshot})
 	if err != nil {
 		logger.Error("cannot start", "err", err)
 		return 1
 	}
-	logger.Info("recovered", "entities", len(rec.Entities), "took", rec.Took, "data", *dataDir, "sync", policy)
-
-	keys, err := sas.NewKeys(sas.Key{Name: defaultKeyName, Value: defaultKey, Rights: sas.Manage})
-	if err != nil {
-		logger.Error("keys", "err", err)
-		return 1
+	metrics.ObserveRecovery(rec)
+	metrics.SetBroker(b)
+	logger.Info("recovered", "entities", len(rec.Entities), "took", rec.Took, "data", o.data, "sync", policy)
+	if o.config != "" {
+		if err := applyConfig(b, o.config, logger); err != nil {
+			logger.Error("bad config", "err", err)
+			b.Close()
+			return 2
+		}
 	}
-	srv := amqpserver.New(b, amqpserver.Config{Keys: keys, Logger: logger,
-		Transport: transport.Config{AllowNoSASL: true}})
-	ln, err := net.Listen("tcp", *amqpAddr)
+
+	srv := amqpserver.New(b, amqpserver.Config{Keys: keys, Logger: logger, AuthTimeout: o.authTimeout,
+		Transport: withNoSASL(o.limits)})
+	metrics.SetConnections(srv.Stats)
+	listeners, err := listenAMQP(o, srv, logger)
 	if err != nil {
-		logger.Error("cannot listen", "addr", *amqpAddr, "err", err)
+		logger.Error("cannot listen for AMQP", "err", err)
 		b.Close()
 		return 1
 	}
-	logger.Info("listening", "amqp", ln.Addr().String())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	health.Ready(len(b.Entities()))
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		if err != nil && !errors.Is(err, transport.ErrServerClosed) {
-			logger.Error("AMQP listener failed", "err", err)
-		}
-	}
+	<-ctx.Done()
+	stop() // a second signal now ends the process at once
+	go func() {
+		second := make(chan os.Signal, 1)
+		signal.Notify(second, os.Interrupt, syscall.SIGTERM)
+		<-second
+		logger.Warn("second signal: exiting now")
+		os.Exit(1)
+	}()
 	logger.Info("shutting down")
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	health.Stopping()
+	for _, ln := range listeners {
+		ln.Close()
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
 	srv.Shutdown(shutdown)
-	if err := b.Close(); err != nil {
-		logger.Error("shutdown", "err", err)
+	done := make(chan error, 1)
+	go func() { done <- b.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			logger.Error("shutdown", "err", err)
+			return 1
+		}
+	case <-shutdown.Done():
+		logger.Error("shutdown took too long; exiting (the log keeps everything acknowledged)")
 		return 1
 	}
+	if httpSrv != nil {
+		httpSrv.Shutdown(shutdown)
+	}
+	logger.Info("stopped")
 	return 0
 }
 
-func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
+func withNoSASL(c transport.Config) transport.Config {
+	// A JS client given only a SharedAccessSignature skips SASL
+	// (servicebus-wire.md §2); it authorises through $cbs like the others.
+	c.AllowNoSASL = true
+	return c
+}
+
+// listenAMQP starts the plain and TLS listeners.
+func listenAMQP(o *serveOptions, srv *amqpserver.Server, logger *slog.Logger) ([]net.Listener, error) {
+	var listeners []net.Listener
+	if o.amqpAddr != "" {
+		ln, err := net.Listen("tcp", o.amqpAddr)
+		if err != nil {
+			return nil, err
+		}
+		listeners = append(listeners, ln)
+		go srv.Serve(ln)
+		logger.Info("listening", "amqp", ln.Addr().String())
 	}
-	return def
+	if o.amqpsAddr != "" {
+		ln, err := listenTLS(o.amqpsAddr, o.tlsCert, o.tlsKey)
+		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return nil, err
+		}
+		listeners = append(listeners, ln)
+		go srv.Serve(ln)
+		logger.Info("listening", "amqps", ln.Addr().String())
+	}
+	return listeners, nil
 }

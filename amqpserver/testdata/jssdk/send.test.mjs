@@ -115,13 +115,15 @@ test("every message property round-trips", async () => {
   assert.equal(m.expiresAtUtc.getTime(), m.enqueuedTimeUtc.getTime() + sent.timeToLive);
   await receiver.completeMessage(m);
 
-  // Numeric and binary ids, which the SDK also accepts.
-  await sender.sendMessages({ body: "n", messageId: 12345, correlationId: Buffer.from("c0ffee", "hex") });
+  // Numeric and Buffer ids, which the SDK also accepts (rhea sends them as
+  // ulong and uuid).
+  const uuidBytes = Buffer.from("00112233445566778899aabbccddeeff", "hex");
+  await sender.sendMessages({ body: "n", messageId: 12345, correlationId: uuidBytes });
   const [n] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 10_000 });
   assert.ok(n, "message received");
   assert.equal(n.messageId, 12345);
-  assert.ok(Buffer.isBuffer(n.correlationId), "binary correlation id comes back as a Buffer");
-  assert.equal(n.correlationId.toString("hex"), "c0ffee");
+  assert.ok(Buffer.isBuffer(n.correlationId), "uuid correlation id comes back as a Buffer");
+  assert.equal(n.correlationId.toString("hex"), uuidBytes.toString("hex"));
   await receiver.completeMessage(n);
 });
 
@@ -159,17 +161,22 @@ test("application properties of every JS type round-trip", async () => {
     assert.equal(ap[key], applicationProperties[key], key);
   }
   assert.equal(ap.when, date.getTime(), "timestamp as milliseconds");
-  assert.ok(Buffer.isBuffer(ap.bytes), "binary comes back as a Buffer");
-  assert.equal(ap.bytes.toString(), "binary\u0000data");
   assert.equal(ap.nothing, null);
   await receiver.close();
 
-  // With skipConvertingDate the timestamp is a Date again.
+  // With skipConvertingDate the SDK leaves values as rhea decoded them: the
+  // timestamp is a Date and the binary a Buffer (the default conversion walks
+  // into Buffers too, turning them into plain objects).
   const raw = client.createReceiver("appprops", { receiveMode: "receiveAndDelete", skipConvertingDate: true });
   const [m2] = await raw.receiveMessages(1, { maxWaitTimeInMs: 10_000 });
   assert.ok(m2, "second message received");
-  assert.ok(m2.applicationProperties.when instanceof Date, "timestamp as Date");
-  assert.equal(m2.applicationProperties.when.getTime(), date.getTime());
+  const ap2 = m2.applicationProperties;
+  assert.ok(ap2.when instanceof Date, "timestamp as Date");
+  assert.equal(ap2.when.getTime(), date.getTime());
+  assert.ok(Buffer.isBuffer(ap2.bytes), "binary comes back as a Buffer");
+  assert.equal(ap2.bytes.toString(), "binary\u0000data");
+  assert.equal(ap2.bigLong, applicationProperties.bigLong);
+  assert.equal(ap2.nothing, null);
 });
 
 test("sessionId round-trips on a session queue", async () => {

@@ -1,0 +1,176 @@
+package admin
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walbus/walbus/amqpserver/transport"
+	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/log"
+)
+
+// Metrics is walbus's Prometheus instrumentation, on a private registry.
+// Hooks (ObserveCommit, ObserveSnapshot) are fed by the broker; per-entity
+// gauges and counters are read from the broker at scrape time.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	commit   prometheus.Histogram
+	fsync    prometheus.Histogram
+	records  prometheus.Histogram
+	snapshot prometheus.Histogram
+	recovery *prometheus.GaugeVec
+
+	broker atomic.Pointer[broker.Broker]
+	amqp   atomic.Pointer[statsSource]
+}
+
+// statsSource is what the AMQP server reports about open connections.
+type statsSource struct{ stats func() transport.Stats }
+
+// NewMetrics creates the metrics and their registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		commit: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walbus_group_commit_duration_seconds",
+			Help:    "Time to write and (when it did) fsync one group commit.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
+		fsync: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walbus_fsync_duration_seconds",
+			Help:    "Time of one fsync of a log segment.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
+		records: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walbus_group_commit_records",
+			Help:    "Records written by one group commit.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
+		snapshot: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walbus_snapshot_duration_seconds",
+			Help:    "Time to compress, write and fsync one snapshot.",
+			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 16)}),
+		recovery: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walbus_recovery_duration_seconds",
+			Help: "Time the last start took to recover the entity from its snapshot and log."}, []string{"entity"}),
+	}
+	m.reg.MustRegister(m.commit, m.fsync, m.records, m.snapshot, m.recovery, entityCollector{m},
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is where the metrics are registered.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// ObserveCommit records one group commit of an entity log.
+func (m *Metrics) ObserveCommit(_ string, s log.CommitStats) {
+	m.commit.Observe((s.Write + s.Sync).Seconds())
+	if s.Synced {
+		m.fsync.Observe(s.Sync.Seconds())
+	}
+	if s.Records > 0 {
+		m.records.Observe(float64(s.Records))
+	}
+}
+
+// ObserveSnapshot records one snapshot.
+func (m *Metrics) ObserveSnapshot(s broker.SnapshotStats) {
+	if s.Err == nil {
+		m.snapshot.Observe(s.Took.Seconds())
+	}
+}
+
+// ObserveRecovery records what the broker's start took per entity.
+func (m *Metrics) ObserveRecovery(rec broker.Recovery) {
+	for _, e := range rec.Entities {
+		m.recovery.WithLabelValues(e.Name).Set(e.Took.Seconds())
+	}
+}
+
+// SetBroker makes the broker's entities visible to scrapes.
+func (m *Metrics) SetBroker(b *broker.Broker) { m.broker.Store(b) }
+
+// SetConnections makes the AMQP server's open connections, sessions and
+// links visible to scrapes.
+func (m *Metrics) SetConnections(stats func() transport.Stats) {
+	m.amqp.Store(&statsSource{stats: stats})
+}
+
+var (
+	descMessages = prometheus.NewDesc("walbus_queue_messages",
+		"Messages in a queue or its dead-letter subqueue, by state.", []string{"entity", "subqueue", "state"}, nil)
+	descLogBytes = prometheus.NewDesc("walbus_entity_log_bytes",
+		"Bytes of the entity's log segments on disk.", []string{"entity"}, nil)
+	descSent = prometheus.NewDesc("walbus_messages_sent_total",
+		"Messages stored (enqueued or scheduled).", []string{"entity"}, nil)
+	descDelivered = prometheus.NewDesc("walbus_messages_delivered_total",
+		"Messages handed to receivers (locked, or received and deleted).", []string{"entity"}, nil)
+	descCompleted = prometheus.NewDesc("walbus_messages_completed_total",
+		"Messages completed.", []string{"entity"}, nil)
+	descAbandoned = prometheus.NewDesc("walbus_messages_abandoned_total",
+		"Messages abandoned.", []string{"entity"}, nil)
+	descDeadLettered = prometheus.NewDesc("walbus_messages_dead_lettered_total",
+		"Messages dead-lettered, by reason (the broker's own reasons, or client).", []string{"entity", "reason"}, nil)
+	descExpired = prometheus.NewDesc("walbus_messages_expired_total",
+		"Messages dropped when their time to live ran out.", []string{"entity"}, nil)
+	descLockLost = prometheus.NewDesc("walbus_lock_lost_total",
+		"Settlements and lock renewals refused because the lock was gone.", []string{"entity"}, nil)
+	descLockExpired = prometheus.NewDesc("walbus_locks_expired_total",
+		"Message locks that ran out.", []string{"entity"}, nil)
+	descConns    = prometheus.NewDesc("walbus_connections_open", "Open AMQP connections.", nil, nil)
+	descSessions = prometheus.NewDesc("walbus_sessions_open", "Open AMQP sessions.", nil, nil)
+	descLinks    = prometheus.NewDesc("walbus_links_open", "Attached AMQP links.", nil, nil)
+)
+
+// entityCollector reads every entity at scrape time.
+type entityCollector struct{ m *Metrics }
+
+func (c entityCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descMessages, descLogBytes, descSent, descDelivered, descCompleted,
+		descAbandoned, descDeadLettered, descExpired, descLockLost, descLockExpired, descConns, descSessions, descLinks} {
+		ch <- d
+	}
+}
+
+func (c entityCollector) Collect(ch chan<- prometheus.Metric) {
+	if src := c.m.amqp.Load(); src != nil {
+		s := src.stats()
+		ch <- prometheus.MustNewConstMetric(descConns, prometheus.GaugeValue, float64(s.Connections))
+		ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(s.Sessions))
+		ch <- prometheus.MustNewConstMetric(descLinks, prometheus.GaugeValue, float64(s.Links))
+	}
+	b := c.m.broker.Load()
+	if b == nil {
+		return
+	}
+	entities := b.Entities()
+	var wg sync.WaitGroup
+	for _, e := range entities {
+		wg.Add(1)
+		go func() { // entities answer in parallel; each asks its own actor
+			defer wg.Done()
+			collectEntity(ch, e)
+		}()
+	}
+	wg.Wait()
+}
+
+func collectEntity(ch chan<- prometheus.Metric, e *broker.Entity) {
+	name := e.Name()
+	for _, sub := range []struct {
+		queue uint32
+		label string
+	}{{log.MainQueue, "active"}, {log.DeadLetterQueue, "deadletter"}} {
+		c, err := e.Counts(sub.queue)
+		if err != nil {
+			return
+		}
+		for state, n := range map[string]uint64{"available": c.Available, "locked": c.Locked,
+			"deferred": c.Deferred, "scheduled": c.Scheduled} {
+			ch <- prometheus.MustNewConstMetric(descMessages, prometheus.GaugeValue, float64(n), name, sub.label, state)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descLogBytes, prometheus.GaugeValue, float64(e.Bytes()), name)
+	s := e.Stats()
+	for d, v := range map[*prometheus.Desc]uint64{descSent: s.Sent, descDelivered: s.Delivered, descCompleted: s.Completed,
+		descAbandoned: s.Abandoned, descExpired: s.Expired, descLockLost: s.LockLost, descLockExpired: s.LockExpired} {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), name)
+	}
+	for reason, v := range s.DeadLettered {
+		ch <- prometheus.MustNewConstMetric(descDeadLettered, prometheus.CounterValue, float64(v), name, reason)
+	}
+}
