@@ -4,7 +4,7 @@ BIN       := bin/walbus
 FUZZTIME  ?= 10s
 PKGS      := ./...
 
-.PHONY: all build run test vet fmt-check unit bench fuzz clean
+.PHONY: all build run test vet fmt-check unit bench fuzz crash clean
 
 all: build
 
@@ -39,6 +39,13 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
 		done; \
 	done
+
+# The long crash harness: many rounds of SIGKILL under load (a few minutes).
+CRASH_ROUNDS  ?= 25
+CRASH_SECONDS ?= 3
+crash:
+	WALBUS_CRASH_ROUNDS=$(CRASH_ROUNDS) WALBUS_CRASH_SECONDS=$(CRASH_SECONDS) \
+		$(GO) test -count=1 -timeout 60m -run '^TestCrashHarness$$' -v ./cmd/walbus
 
 clean:
 	rm -rf bin

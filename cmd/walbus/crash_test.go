@@ -1,0 +1,314 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// The crash harness: a real walbus serve, several senders and peek-lock
+// receivers through the Go SDK, SIGKILL at random moments and restarts on
+// the same data. From the clients' own records it checks that
+//   - every send that was acknowledged is completed or still present,
+//   - no message whose Complete was acknowledged is delivered again,
+//   - a message's delivery count never goes backwards,
+//   - sequence numbers stay unique, and increase in each sender's order.
+//
+// `make test` runs a few short rounds; `make crash` sets
+// WALBUS_CRASH_ROUNDS and WALBUS_CRASH_SECONDS for a long run.
+func TestCrashHarness(t *testing.T) {
+	rounds, perRound := envInt("WALBUS_CRASH_ROUNDS", 3), time.Duration(envInt("WALBUS_CRASH_SECONDS", 1))*time.Second
+	cfg := writeConfig(t, "work", fmt.Sprintf(`"LockDuration": "PT%dS", "MaxDeliveryCount": 1000`, int(lockDuration.Seconds())))
+	p := startWalbus(t, t.TempDir(), "--config", cfg)
+	h := &harness{t: t, seen: map[string]delivery{}, acked: map[string]bool{}, completed: map[string]bool{},
+		completeUnknown: map[string]bool{}, history: map[string][]string{}, start: time.Now(),
+		byBroker: map[string][]brokerDelivery{}, completedAt: map[string]time.Time{},
+		seqOwner: map[int64]string{}}
+	client, err := azservicebus.NewClientFromConnectionString(p.connString(), &azservicebus.ClientOptions{
+		RetryOptions: azservicebus.RetryOptions{MaxRetries: 2, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 200 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(context.Background())
+
+	ctx, stopClients := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for s := range 4 {
+		wg.Add(1)
+		go func() { defer wg.Done(); h.sender(ctx, client, s) }()
+	}
+	for range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); h.receiver(ctx, client) }()
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	for round := range rounds {
+		time.Sleep(perRound/2 + time.Duration(rng.Int64N(int64(perRound))))
+		p.kill()
+		h.note(fmt.Sprintf("round %d: killed at %.3fs", round, time.Since(h.start).Seconds()))
+		p.start()
+		h.note(fmt.Sprintf("round %d: restarted at %.3fs", round, time.Since(h.start).Seconds()))
+	}
+	time.Sleep(perRound)
+	h.mu.Lock()
+	h.sending = false // senders stop; receivers drain
+	h.mu.Unlock()
+	h.drain()
+	stopClients()
+	wg.Wait()
+
+	// What is left in the queue counts as present.
+	present := map[string]bool{}
+	r, err := client.NewReceiverForQueue("work", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from int64 = 1
+	for {
+		pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		msgs, err := r.PeekMessages(pctx, 100, &azservicebus.PeekMessagesOptions{FromSequenceNumber: to.Ptr(from)})
+		cancel()
+		if err != nil {
+			t.Fatalf("final peek: %v", err)
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			present[m.MessageID] = true
+		}
+		from = *msgs[len(msgs)-1].SequenceNumber + 1
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	lost := 0
+	for id := range h.acked {
+		if !h.completed[id] && !h.completeUnknown[id] && !present[id] {
+			lost++
+			_, delivered := h.seen[id]
+			t.Errorf("acknowledged send %s lost (delivered before: %v)", id, delivered)
+		}
+	}
+	// Each sender waits for one send before the next, so its messages'
+	// numbers follow its own order.
+	bySender := map[int][][2]int64{}
+	for id, d := range h.seen {
+		var s, n int
+		if _, err := fmt.Sscanf(id, "s%d-%d", &s, &n); err == nil {
+			bySender[s] = append(bySender[s], [2]int64{int64(n), d.seq})
+		}
+	}
+	for s, list := range bySender {
+		slices.SortFunc(list, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+		for i := 1; i < len(list); i++ {
+			if list[i][1] <= list[i-1][1] {
+				h.fail("sender %d: message %d has sequence number %d, not above message %d's %d",
+					s, list[i][0], list[i][1], list[i-1][0], list[i-1][1])
+			}
+		}
+	}
+	h.checkDeliveries()
+	for _, v := range h.violations {
+		t.Error(v)
+	}
+	t.Logf("%d rounds: sent %d, acknowledged %d, delivered %d, completed %d, redelivered %d, present %d, lost %d",
+		rounds, h.attempted, len(h.acked), h.deliveries, len(h.completed), h.redeliveries, len(present), lost)
+	if len(h.acked) == 0 || len(h.completed) == 0 {
+		t.Fatal("the harness did no work")
+	}
+}
+
+const lockDuration = 2 * time.Second
+
+type delivery struct {
+	seq   int64
+	count uint32
+}
+
+type harness struct {
+	t  *testing.T
+	mu sync.Mutex
+
+	sending         bool
+	attempted       int
+	acked           map[string]bool     // sends the broker acknowledged
+	completed       map[string]bool     // completes the broker acknowledged
+	completeUnknown map[string]bool     // completes whose reply never came
+	seen            map[string]delivery // last delivery of each message
+	seqOwner        map[int64]string    // which message each sequence number belonged to
+	deliveries      int
+	redeliveries    int
+	lastDelivery    time.Time
+	violations      []string
+	history         map[string][]string // per message: what happened, for diagnosing violations
+	byBroker        map[string][]brokerDelivery
+	completedAt     map[string]time.Time
+	start           time.Time
+}
+
+func (h *harness) event(id, format string, args ...any) {
+	h.history[id] = append(h.history[id], fmt.Sprintf("%8.3fs ", time.Since(h.start).Seconds())+fmt.Sprintf(format, args...))
+}
+
+func (h *harness) note(s string) { h.t.Log(s) }
+
+func (h *harness) fail(format string, args ...any) {
+	h.violations = append(h.violations, fmt.Sprintf(format, args...))
+	if id, ok := args[0].(string); ok {
+		h.violations = append(h.violations, "  history of "+id+":\n    "+strings.Join(h.history[id], "\n    "))
+	}
+}
+
+func (h *harness) sender(ctx context.Context, c *azservicebus.Client, n int) {
+	h.mu.Lock()
+	h.sending = true
+	h.mu.Unlock()
+	s, err := c.NewSender("work", nil)
+	if err != nil {
+		h.t.Error(err)
+		return
+	}
+	for i := 0; ctx.Err() == nil; i++ {
+		h.mu.Lock()
+		stop := !h.sending
+		h.attempted++
+		h.mu.Unlock()
+		if stop {
+			return
+		}
+		id := fmt.Sprintf("s%d-%06d", n, i)
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := s.SendMessage(sctx, &azservicebus.Message{MessageID: to.Ptr(id), Body: []byte(id),
+			ApplicationProperties: map[string]any{"sender": int64(n), "n": int64(i)}}, nil)
+		cancel()
+		h.mu.Lock()
+		h.event(id, "send: %v", err)
+		h.mu.Unlock()
+		if err == nil {
+			h.mu.Lock()
+			h.acked[id] = true
+			h.mu.Unlock()
+		} else {
+			time.Sleep(20 * time.Millisecond) // the broker is restarting
+		}
+	}
+}
+
+func (h *harness) receiver(ctx context.Context, c *azservicebus.Client) {
+	r, err := c.NewReceiverForQueue("work", nil)
+	if err != nil {
+		h.t.Error(err)
+		return
+	}
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		msgs, err := r.ReceiveMessages(rctx, 20, nil)
+		cancel()
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		for _, m := range msgs {
+			h.record(m)
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := r.CompleteMessage(cctx, m, nil)
+			cancel()
+			h.mu.Lock()
+			h.event(m.MessageID, "complete seq %d: %v", *m.SequenceNumber, err)
+			if err == nil {
+				h.completed[m.MessageID] = true
+				h.completedAt[m.MessageID] = time.Now()
+			} else {
+				// The broker may have completed it durably and lost only
+				// the reply to a crash: the message may rightly be gone.
+				h.completeUnknown[m.MessageID] = true
+			}
+			h.mu.Unlock()
+		}
+	}
+}
+
+// record keeps one delivery. Checks run at the end, ordered by when the
+// broker made each delivery (its locked-until less the lock duration), not
+// by when a client got round to it: a client can hold a message past its
+// lock while the broker rightly gives it to another receiver.
+func (h *harness) record(m *azservicebus.ReceivedMessage) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	id, seq := m.MessageID, *m.SequenceNumber
+	h.event(id, "delivered seq %d count %d locked until %s", seq, m.DeliveryCount, m.LockedUntil.Format("15:04:05.000"))
+	h.deliveries++
+	h.lastDelivery = time.Now()
+	if owner, ok := h.seqOwner[seq]; ok && owner != id {
+		h.fail("sequence number %d belongs to %s and %s", seq, owner, id)
+	}
+	h.seqOwner[seq] = id
+	if prev, ok := h.seen[id]; ok {
+		h.redeliveries++
+		if prev.seq != seq {
+			h.fail("%s came back with sequence number %d, was %d", id, seq, prev.seq)
+		}
+	}
+	h.seen[id] = delivery{seq: seq, count: m.DeliveryCount}
+	h.byBroker[id] = append(h.byBroker[id], brokerDelivery{at: m.LockedUntil.Add(-lockDuration), count: m.DeliveryCount})
+}
+
+type brokerDelivery struct {
+	at    time.Time // when the broker locked it for the receiver
+	count uint32
+}
+
+// checkDeliveries verifies, per message in the broker's order, that
+// delivery counts never go backwards and that nothing is delivered after
+// its Complete was acknowledged.
+func (h *harness) checkDeliveries() {
+	for id, ds := range h.byBroker {
+		slices.SortFunc(ds, func(a, b brokerDelivery) int { return a.at.Compare(b.at) })
+		for i := 1; i < len(ds); i++ {
+			if ds[i].count < ds[i-1].count {
+				h.fail("%s delivery count went back from %d to %d", id, ds[i-1].count, ds[i].count)
+			}
+		}
+		if done, ok := h.completedAt[id]; ok {
+			// A small margin for the two clocks' rounding (ms in locked-until).
+			if last := ds[len(ds)-1]; last.at.After(done.Add(10 * time.Millisecond)) {
+				h.fail("%s delivered again at %s, after its Complete was acknowledged at %s",
+					id, last.at.Format("15:04:05.000"), done.Format("15:04:05.000"))
+			}
+		}
+	}
+}
+
+// drain waits until receivers have had nothing for a while (locks held at
+// the last crash expire after the lock duration).
+func (h *harness) drain() {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		h.mu.Lock()
+		idle := time.Since(h.lastDelivery)
+		done := len(h.completed) >= len(h.acked)
+		h.mu.Unlock()
+		if idle > 4*time.Second || done && idle > time.Second {
+			return
+		}
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
