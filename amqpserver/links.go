@@ -21,7 +21,7 @@ import (
 // link.
 func linkError(err error) *frames.Error {
 	cond, _ := classify(err)
-	return &frames.Error{Condition: encoding.Symbol(cond), Description: err.Error()}
+	return &frames.Error{Condition: encoding.Symbol(cond), Description: describe(err)}
 }
 
 // authorize checks that the connection holds a claim with right on the

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"strings"
+	"syscall"
 
 	"github.com/walbus/walbus/amqpserver/encoding"
 	"github.com/walbus/walbus/amqpserver/message"
 	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -172,12 +173,22 @@ func classify(err error) (condition string, status int32) {
 	return condInternal, 500
 }
 
-func isDiskFull(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "no space left on device")
-}
+func isDiskFull(err error) bool { return errors.Is(err, syscall.ENOSPC) }
 
 // failure is the response for an operation that failed with err.
 func failure(err error) rpcResponse {
 	cond, status := classify(err)
-	return rpcResponse{status: status, description: err.Error(), condition: cond}
+	return rpcResponse{status: status, description: describe(err), condition: cond}
+}
+
+// describe is the error text a client sees. Storage failures are stated
+// plainly: their details (paths, devices) are for the server's log.
+func describe(err error) string {
+	switch {
+	case isDiskFull(err):
+		return "The broker cannot store anything: its disk is full. Nothing was stored; try again later."
+	case errors.Is(err, log.ErrFailed):
+		return "The broker cannot write to its storage right now. Nothing was stored; try again later."
+	}
+	return err.Error()
 }

@@ -51,6 +51,10 @@ type Options struct {
 	OnCommit func(entity string, s log.CommitStats)
 	// OnSnapshot, if set, is told about every snapshot written.
 	OnSnapshot func(SnapshotStats)
+	// Fault, if set, is asked before every write and fsync of an entity's
+	// log (entity "" is the namespace log): the fault-injection layer for
+	// tests. Production leaves it nil.
+	Fault func(entity, op string) error
 }
 
 func (o Options) withDefaults() Options {
@@ -123,7 +127,7 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	opts = opts.withDefaults()
 	b := &Broker{opts: opts, clock: opts.Clock, logger: opts.Logger, entities: make(map[string]*Entity)}
 	var rec Recovery
-	ns, rep, err := log.Open(filepath.Join(opts.Dir, "namespace"), b.logOptions(nil))
+	ns, rep, err := log.Open(filepath.Join(opts.Dir, "namespace"), b.logOptions("", nil))
 	if err != nil {
 		return nil, rec, fmt.Errorf("open namespace log: %w", err)
 	}
@@ -216,9 +220,13 @@ func (b *Broker) removeOrphans(live map[uint64]string) error {
 	return nil
 }
 
-func (b *Broker) logOptions(onCommit func(log.CommitStats)) log.Options {
-	return log.Options{Sync: b.opts.Sync, SyncInterval: b.opts.SyncInterval, SegmentSize: b.opts.SegmentSize,
+func (b *Broker) logOptions(entity string, onCommit func(log.CommitStats)) log.Options {
+	o := log.Options{Sync: b.opts.Sync, SyncInterval: b.opts.SyncInterval, SegmentSize: b.opts.SegmentSize,
 		Repair: b.opts.Repair, OnCommit: onCommit}
+	if b.opts.Fault != nil {
+		o.Fault = func(op string) error { return b.opts.Fault(entity, op) }
+	}
+	return o
 }
 
 func (b *Broker) entityDir(id uint64) string {
@@ -245,60 +253,10 @@ func (b *Broker) openEntity(name string, id uint64, cfg projection.Config) (*Ent
 		receivers: make(map[*Receiver]struct{}),
 		rng:       mrand.New(mrand.NewChaCha8(b.seed(id))),
 	}
-	l, rep, err := log.Open(filepath.Join(dir, "log"), b.logOptions(func(s log.CommitStats) {
-		select {
-		case e.wake <- struct{}{}:
-		default:
-		}
-		if b.opts.OnCommit != nil {
-			b.opts.OnCommit(name, s)
-		}
-	}))
-	if err != nil {
-		return nil, rec, fmt.Errorf("entity %s: %w", name, err)
+	if err := e.load(&rec); err != nil {
+		return nil, rec, err
 	}
-	e.log = l
-	rec.Repair = rep.Repair
-	if rep.Repair.Bytes > 0 {
-		b.logger.Warn("log tail repaired", "entity", name, "repair", rep.Repair.String())
-	}
-
-	st, info, skipped, err := snapshot.Load(filepath.Join(dir, "snapshots"), func(index uint64) error {
-		if index+1 < l.FirstIndex() || index > l.LastIndex() {
-			return fmt.Errorf("snapshot at %d does not fit the log (%d-%d)", index, l.FirstIndex(), l.LastIndex())
-		}
-		return nil
-	})
-	rec.Skipped = skipped
-	for _, s := range skipped {
-		b.logger.Warn("snapshot skipped", "entity", name, "path", s.Info.Path, "err", s.Err)
-	}
-	if err != nil {
-		l.Close()
-		return nil, rec, fmt.Errorf("entity %s: %w", name, err)
-	}
-	from := uint64(1)
-	if st != nil {
-		rec.Snapshot, from = info.Index, info.Index+1
-		e.snap.lastIndex = info.Index
-	} else {
-		st = projection.New()
-		if l.FirstIndex() > 1 {
-			l.Close()
-			return nil, rec, fmt.Errorf("entity %s: the log starts at %d and no snapshot covers the events before it", name, l.FirstIndex())
-		}
-	}
-	err = l.Scan(from, func(ev *log.Event) error {
-		rec.Replayed++
-		return st.Apply(ev)
-	})
-	if err != nil {
-		l.Close()
-		return nil, rec, fmt.Errorf("entity %s: replay: %w", name, err)
-	}
-	e.st = st
-	e.durable = l.DurableIndex()
-	e.snap.bytesAt = l.Bytes()
+	st := e.st
 	e.start()
 	if !st.Created() {
 		if err := e.configure(cfg); err != nil {

@@ -117,6 +117,9 @@ func (e *Entity) run() {
 	for {
 		select {
 		case f := <-e.reqs:
+			// A caller may act on an acknowledgement before the log's wake
+			// reaches us: start every batch with the current watermark.
+			e.durable = e.log.DurableIndex()
 			f(e)
 			// Take whatever else is queued before the follow-up work, so a
 			// burst of sends shares one dispatch and one timer update.
@@ -231,10 +234,11 @@ func (e *Entity) trackCache(ev *log.Event) {
 func (e *Entity) fail(err error) {
 	if e.failed == nil {
 		e.failed = fmt.Errorf("entity %s: %w", e.name, err)
-		e.b.logger.Error("entity failed; it needs reopening", "entity", e.name, "err", err)
+		e.b.logger.Error("entity failed; reopening it", "entity", e.name, "err", err)
 		for r := range e.receivers {
 			r.fail(e.failed)
 		}
+		e.scheduleRecovery(firstRetry)
 	}
 }
 

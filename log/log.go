@@ -65,6 +65,11 @@ type Options struct {
 	// OnCommit, if set, is called on the writer goroutine after every group
 	// commit (for metrics). It must not block.
 	OnCommit func(CommitStats)
+	// Fault, if set, is asked before every write ("write") and fsync
+	// ("sync"); an error it returns is treated as that operation failing.
+	// It is the fault-injection layer for tests (a full disk, a failing
+	// device); production leaves it nil.
+	Fault func(op string) error
 }
 
 // CommitStats describes one group commit.
@@ -135,16 +140,13 @@ type Log struct {
 	written atomic.Uint64 // last index handed to the segment files
 	durable atomic.Uint64 // last index durable under the sync policy
 	bytes   atomic.Int64  // bytes in segment files
-
-	// faultHook, set only by tests, injects a write or fsync failure.
-	faultHook func(stage string) error
 }
 
-func (l *Log) fault(stage string) error {
-	if l.faultHook == nil {
+func (l *Log) fault(op string) error {
+	if l.opts.Fault == nil {
 		return nil
 	}
-	return l.faultHook(stage)
+	return l.opts.Fault(op)
 }
 
 type batch struct {

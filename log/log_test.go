@@ -234,7 +234,7 @@ func TestWriteErrorIsSticky(t *testing.T) {
 			l, _ := openT(t, dir, Options{})
 			appendWait(t, l, []Event{enq(10)})
 			boom := errors.New("injected " + stage + " failure")
-			l.faultHook = func(s string) error {
+			l.opts.Fault = func(s string) error {
 				if s == stage {
 					return boom
 				}
@@ -247,7 +247,7 @@ func TestWriteErrorIsSticky(t *testing.T) {
 			if err := <-done; !errors.Is(err, boom) || !errors.Is(err, ErrFailed) {
 				t.Fatalf("waiter got %v", err)
 			}
-			l.faultHook = nil
+			l.opts.Fault = nil
 			// Every later write fails with the same error, even though the
 			// fault is gone.
 			if _, err := l.Append([]Event{enq(10)}, nil); !errors.Is(err, ErrFailed) {

@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -96,7 +99,7 @@ func (p *proc) start() {
 			p.t.Fatalf("walbus exited with %d:\n%s", p.exitCode, p.logs())
 		default:
 		}
-		if resp, err := http.Get("http://" + p.http + "/health"); err == nil {
+		if resp, err := p.healthClient().Get(p.scheme() + "://" + p.http + "/health"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return
@@ -105,6 +108,30 @@ func (p *proc) start() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	p.t.Fatalf("walbus did not become ready:\n%s", p.logs())
+}
+
+// scheme is https when the process serves HTTP over TLS.
+func (p *proc) scheme() string {
+	if slices.Contains(p.args, "--http-tls") {
+		return "https"
+	}
+	return "http"
+}
+
+// healthClient trusts the process's certificate authority when it serves
+// HTTPS (the CA is next to the --tls-cert file).
+func (p *proc) healthClient() *http.Client {
+	i := slices.Index(p.args, "--tls-cert")
+	if p.scheme() != "https" || i < 0 {
+		return http.DefaultClient
+	}
+	pem, err := os.ReadFile(filepath.Join(filepath.Dir(p.args[i+1]), "ca.pem"))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}
 }
 
 func (p *proc) logs() string {

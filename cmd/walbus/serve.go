@@ -36,7 +36,7 @@ type serveOptions struct {
 	sync, logLevel, logFormat, keysFile                          string
 	syncInterval                                                 time.Duration
 	keys                                                         keyFlags
-	noDefaultKey                                                 bool
+	noDefaultKey, httpTLS                                        bool
 	limits                                                       transport.Config
 	maxFrameSize, maxMessageSize                                 int
 	authTimeout                                                  time.Duration
@@ -74,6 +74,7 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (PEM), for --amqps and HTTPS")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key file (PEM)")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:5300", "HTTP listen address for /health and /metrics; empty to disable")
+	fs.BoolVar(&o.httpTLS, "http-tls", false, "serve --http as HTTPS with --tls-cert and --tls-key")
 	fs.StringVar(&o.config, "config", "", "emulator Config.json: entities to create if they do not exist")
 	fs.StringVar(&o.sync, "sync", "always", "fsync policy: always (nothing acknowledged before fsync), interval, or none (unsafe)")
 	fs.DurationVar(&o.syncInterval, "sync-interval", 10*time.Millisecond, "longest wait between fsyncs with --sync interval")
@@ -194,8 +195,8 @@ func parseServe(args []string) (*serveOptions, error) {
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return nil, fmt.Errorf("unknown log format %q (want text or json)", o.logFormat)
 	}
-	if (o.amqpsAddr != "") && (o.tlsCert == "" || o.tlsKey == "") {
-		return nil, errors.New("--amqps needs --tls-cert and --tls-key")
+	if (o.amqpsAddr != "" || o.httpTLS) && (o.tlsCert == "" || o.tlsKey == "") {
+		return nil, errors.New("--amqps and --http-tls need --tls-cert and --tls-key")
 	}
 	if o.maxMessageSize > 100<<20 || o.maxMessageSize < 1 {
 		return nil, errors.New("--max-message-size is 1 byte to 100MiB")
@@ -297,6 +298,10 @@ func serve(args []string) int {
 	var httpSrv *http.Server
 	if o.httpAddr != "" {
 		ln, err := net.Listen("tcp", o.httpAddr)
+		if err == nil && o.httpTLS {
+			ln.Close()
+			ln, err = listenTLS(o.httpAddr, o.tlsCert, o.tlsKey)
+		}
 		if err != nil {
 			logger.Error("cannot listen for HTTP", "addr", o.httpAddr, "err", err)
 			return 1

@@ -106,7 +106,9 @@ export class Broker {
     if (!this.port) this.port = await freePort();
     const log = createWriteStream(this.logPath, { flags: "a" });
     await new Promise((resolve) => log.once("open", resolve));
-    const args = ["serve", "--data", this.dataDir, "--amqp", `127.0.0.1:${this.port}`, "--config", this.configPath];
+    // --http= turns off the /health listener, whose fixed default port
+    // would clash between the brokers of test files running in parallel.
+    const args = ["serve", "--data", this.dataDir, "--amqp", `127.0.0.1:${this.port}`, "--config", this.configPath, "--http="];
     const proc = spawn(walbusBinary(), args, { stdio: ["ignore", log, log] });
     this.proc = proc;
     let exited = null;
@@ -138,14 +140,31 @@ export class Broker {
     clearTimeout(killer);
   }
 
-  async restart() {
-    await this.stop();
+  // crash kills the broker with SIGKILL: no graceful shutdown.
+  async crash() {
+    const proc = this.proc;
+    this.proc = null;
+    if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise((resolve) => proc.once("exit", resolve));
+    proc.kill("SIGKILL");
+    await exited;
+  }
+
+  // restart stops the broker (SIGTERM, or SIGKILL with crash: true) and
+  // starts it again on the same port and data directory.
+  async restart({ crash = false } = {}) {
+    await (crash ? this.crash() : this.stop());
     await this.start();
   }
 
-  // client makes a ServiceBusClient that close() closes.
-  client(options) {
-    const c = new ServiceBusClient(this.connectionString, options);
+  // client makes a ServiceBusClient that close() closes. Retries wait 1 s
+  // instead of the SDK's 30 s, so an error the SDK retries surfaces as
+  // that error within the test's timeout rather than as a timeout.
+  client(options = {}) {
+    const c = new ServiceBusClient(this.connectionString, {
+      ...options,
+      retryOptions: { retryDelayInMs: 1_000, ...options.retryOptions },
+    });
     this.clients.push(c);
     return c;
   }
@@ -197,6 +216,11 @@ export function brokerSuite(queues) {
       try {
         await fn(t);
       } catch (err) {
+        // The SDK's retry gives up with an AggregateError of every attempt
+        // and an empty message; show the attempts.
+        if (err instanceof AggregateError && !err.message) {
+          err.message = err.errors.map((e) => `${e?.code ?? e?.name}: ${e?.message}`).join("; ");
+        }
         console.error(`--- ${name}: walbus log (last lines) ---\n${broker.logTail()}\n---`);
         throw err;
       }

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/go-amqp"
+)
+
+// runWalbus runs the binary to completion and returns its exit status and
+// output.
+func runWalbus(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(walbusBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+func TestCommandLine(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte("{\n  \"UserConfig\": {\"Namespaces\": [{\"Name\": \"ns\",\n    \"Queues\": [{\"Name\": \"q\", \"Properties\": {\"LockDuration\": \"PT1X\"}}]}]}\n}\n"), 0o644)
+	for _, c := range []struct {
+		name   string
+		env    []string
+		args   []string
+		code   int
+		output string // expected in stdout+stderr
+	}{
+		{"version", nil, []string{"version"}, 0, "walbus "},
+		{"no command", nil, nil, 2, "Usage:"},
+		{"unknown command", nil, []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{"help", nil, []string{"serve", "--help"}, 0, "WALBUS_MAX_FRAME_SIZE"},
+		{"unknown flag", nil, []string{"serve", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{"bad value", nil, []string{"serve", "--sync", "sometimes"}, 2, `unknown sync policy "sometimes"`},
+		{"bad size", nil, []string{"serve", "--max-frame-size", "12x"}, 2, "not a size"},
+		{"bad env", []string{"WALBUS_LOG_LEVEL=loud"}, []string{"serve"}, 2, `unknown log level "loud"`},
+		{"bad env for a typed flag", []string{"WALBUS_MAX_CONNECTIONS=many"}, []string{"serve"}, 2, "WALBUS_MAX_CONNECTIONS"},
+		{"amqps without a certificate", nil, []string{"serve", "--amqps", "127.0.0.1:0"}, 2, "need --tls-cert"},
+		{"bad config", nil, []string{"serve", "--data", t.TempDir(), "--amqp", "127.0.0.1:0", "--http", "",
+			"--config", bad}, 2, bad + ":3:"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, stdout, stderr := runWalbus(t, c.env, c.args...)
+			if code != c.code || !strings.Contains(stdout+stderr, c.output) {
+				t.Fatalf("exit %d (want %d); output does not contain %q:\n%s%s", code, c.code, c.output, stdout, stderr)
+			}
+		})
+	}
+}
+
+// SIGTERM: clients are closed with amqp:connection:forced, the process
+// exits 0, and it wrote a snapshot so the next start replays nothing.
+func TestGracefulShutdown(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, "q", `"LockDuration": "PT1M"`)
+	p := startWalbus(t, dir, "--config", cfg)
+	conn, err := amqp.Dial(context.Background(), "amqp://"+p.amqp,
+		&amqp.ConnOptions{SASLType: amqp.SASLTypePlain("RootManageSharedAccessKey", "SAS_KEY_VALUE")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, _ := conn.NewSession(context.Background(), nil)
+	snd, err := sess.NewSender(context.Background(), "q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if err := snd.Send(context.Background(), &amqp.Message{Data: [][]byte{[]byte("x")}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code := p.signal(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM:\n%s", code, p.logs())
+	}
+	select {
+	case <-conn.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client's connection stayed open")
+	}
+	var connErr *amqp.ConnError
+	if !errors.As(conn.Err(), &connErr) || connErr.RemoteErr == nil || connErr.RemoteErr.Condition != "amqp:connection:forced" {
+		t.Fatalf("client saw %v, want amqp:connection:forced", conn.Err())
+	}
+	p.start()
+	if !strings.Contains(p.logs(), "replayed=0") {
+		t.Fatalf("restart after a clean shutdown replayed the log:\n%s", p.logs())
+	}
+}
+
+func TestHealthAndMetrics(t *testing.T) {
+	cfg := writeConfig(t, "q", `"LockDuration": "PT1M"`)
+	p := startWalbus(t, t.TempDir(), "--config", cfg)
+	resp, err := http.Get("http://" + p.http + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var health struct {
+		Status   string
+		Entities int
+	}
+	json.NewDecoder(resp.Body).Decode(&health)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || health.Status != "ok" || health.Entities != 1 {
+		t.Fatalf("health %d %+v", resp.StatusCode, health)
+	}
+
+	client, _ := azservicebus.NewClientFromConnectionString(p.connString(), nil)
+	defer client.Close(context.Background())
+	s, _ := client.NewSender("q", nil)
+	for range 3 {
+		if err := s.SendMessage(context.Background(), &azservicebus.Message{Body: []byte("x")}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, _ := client.NewReceiverForQueue("q", nil)
+	msgs, err := r.ReceiveMessages(context.Background(), 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.DeadLetterMessage(context.Background(), msgs[0], nil)
+
+	resp, err = http.Get("http://" + p.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	for _, want := range []string{
+		`walbus_queue_messages{entity="q",state="available",subqueue="active"} 2`,
+		`walbus_queue_messages{entity="q",state="available",subqueue="deadletter"} 1`,
+		`walbus_messages_sent_total{entity="q"} 3`,
+		`walbus_messages_delivered_total{entity="q"} 1`,
+		`walbus_messages_dead_lettered_total{entity="q",reason="client"} 1`,
+		`walbus_connections_open 1`,
+		"walbus_group_commit_duration_seconds_count",
+		"walbus_fsync_duration_seconds_bucket",
+		"walbus_entity_log_bytes{entity=\"q\"}",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(text)
+	}
+}
+
+// TLS: an SDK client without the emulator flag connects over TLS to a
+// walbus using a certificate from `walbus cert`, trusting its CA through
+// SSL_CERT_FILE as the README tells developers to.
+func TestTLSWithGeneratedCertificate(t *testing.T) {
+	certs := t.TempDir()
+	if code, out, errOut := runWalbus(t, nil, "cert", "--out", certs, "--host", "localhost", "--host", "127.0.0.1"); code != 0 {
+		t.Fatalf("walbus cert: %d %s %s", code, out, errOut)
+	}
+	cfg := writeConfig(t, "q", `"LockDuration": "PT1M"`)
+	amqps := freePort(t)
+	p := startWalbus(t, t.TempDir(), "--config", cfg, "--amqps", amqps, "--http-tls",
+		"--tls-cert", filepath.Join(certs, "server.pem"), "--tls-key", filepath.Join(certs, "server-key.pem"))
+	port := amqps[strings.LastIndexByte(amqps, ':')+1:]
+	// A child process, so SSL_CERT_FILE is read fresh by crypto/x509.
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTLSChild$", "-test.v")
+	// The Go SDK puts a port given in the endpoint into the TLS server name,
+	// so on any port but 5671 the endpoint names the host alone and
+	// CustomEndpoint says where to dial (as the README explains).
+	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+filepath.Join(certs, "ca.pem"),
+		"WALBUS_TLS_CHILD=Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE",
+		"WALBUS_TLS_DIAL=127.0.0.1:"+port)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "received over TLS") {
+		t.Fatalf("TLS client: %v\n%s\nserver:\n%s", err, out, p.logs())
+	}
+}
+
+// TestTLSChild is TestTLSWithGeneratedCertificate's client process.
+func TestTLSChild(t *testing.T) {
+	cs := os.Getenv("WALBUS_TLS_CHILD")
+	if cs == "" {
+		return // only meaningful as the child process
+	}
+	client, err := azservicebus.NewClientFromConnectionString(cs, &azservicebus.ClientOptions{CustomEndpoint: os.Getenv("WALBUS_TLS_DIAL")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, _ := client.NewSender("q", nil)
+	if err := s.SendMessage(ctx, &azservicebus.Message{Body: []byte("secret")}, nil); err != nil {
+		t.Fatalf("send over TLS: %v", err)
+	}
+	r, _ := client.NewReceiverForQueue("q", nil)
+	msgs, err := r.ReceiveMessages(ctx, 1, nil)
+	if err != nil || len(msgs) != 1 || string(msgs[0].Body) != "secret" {
+		t.Fatalf("receive over TLS: %v %v", msgs, err)
+	}
+	t.Log("received over TLS")
+}
