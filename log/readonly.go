@@ -1,0 +1,110 @@
+package log
+
+import (
+	"fmt"
+	"os"
+)
+
+// ReadOnly is a log opened for offline tools: it never repairs, truncates
+// or writes anything, so inspecting a damaged directory leaves it as it was.
+type ReadOnly struct {
+	set *segmentSet
+}
+
+// SegmentInfo describes one segment file.
+type SegmentInfo struct {
+	First uint64 // index of its first record (its name)
+	Path  string
+	Size  int64
+}
+
+// RecordInfo is one valid record found by WalkSegment.
+type RecordInfo struct {
+	Event  Event // byte slices alias the segment's buffer, valid during the callback
+	Offset int64 // of the entry (its length prefix) in the segment
+	Size   int   // of the whole entry
+}
+
+// SegmentProblem is the first damage in a segment.
+type SegmentProblem struct {
+	Offset int64
+	Index  uint64 // the index the bad record should have had
+	Reason string
+	// Followed is true when a valid record comes right after the damage:
+	// corruption, not a torn write. A torn tail in the last segment is what
+	// Open repairs.
+	Followed bool
+}
+
+func (p *SegmentProblem) Error() string {
+	kind := "torn or damaged tail"
+	if p.Followed {
+		kind = "corruption"
+	}
+	return fmt.Sprintf("offset %d (index %d): %s: %s", p.Offset, p.Index, kind, p.Reason)
+}
+
+// OpenReadOnly opens the log in dir for reading only.
+func OpenReadOnly(dir string) (*ReadOnly, error) {
+	segs, err := listSegments(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &ReadOnly{set: newSegmentSet(dir, segs)}, nil
+}
+
+// Segments lists the segment files in order.
+func (r *ReadOnly) Segments() []SegmentInfo {
+	var out []SegmentInfo
+	for _, first := range r.set.list() {
+		info := SegmentInfo{First: first, Path: r.set.path(first)}
+		if fi, err := os.Stat(info.Path); err == nil {
+			info.Size = fi.Size()
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// WalkSegment reads every record of the segment starting at first, checking
+// each envelope and that indexes follow from first, and calls fn for each
+// valid one. It stops at the first damage and returns it, or an error from
+// reading the file or from fn.
+func (r *ReadOnly) WalkSegment(first uint64, fn func(RecordInfo) error) (*SegmentProblem, error) {
+	data, err := os.ReadFile(r.set.path(first))
+	if err != nil {
+		return nil, err
+	}
+	recs, bad := scanRecords(data, first)
+	for _, rec := range recs {
+		body, _, _ := entryAt(data, rec.off)
+		e, _ := DecodeRecord(body)
+		e.Pos = Position{Offset: uint32(rec.end - len(body)), Size: uint32(len(body))}
+		if err := fn(RecordInfo{Event: e, Offset: int64(rec.off), Size: rec.end - rec.off}); err != nil {
+			return nil, err
+		}
+	}
+	if bad == nil {
+		return nil, nil
+	}
+	return &SegmentProblem{Offset: int64(bad.off), Index: bad.index, Reason: bad.reason, Followed: bad.followed}, nil
+}
+
+// Scan calls fn for every record with from <= index <= to (to 0: to the
+// end), in order, across segments. Damage anywhere, including a torn tail,
+// is a *CorruptionError.
+func (r *ReadOnly) Scan(from, to uint64, fn func(*Event) error) error {
+	if to == 0 {
+		to = ^uint64(0)
+	}
+	return r.set.scan(from, to, fn)
+}
+
+// ReadAt reads the record at index from its position, checking it.
+func (r *ReadOnly) ReadAt(index uint64, pos Position) (Event, error) {
+	e, _, err := r.set.readAt(index, pos, nil)
+	return e, err
+}
+
+// Close releases the file handles.
+func (r *ReadOnly) Close() { r.set.close() }
