@@ -26,6 +26,8 @@ func run(args []string) int {
 		return serve(args[1:])
 	case "cert":
 		return certCmd(args[1:])
+	case "bench":
+		return benchCmd(args[1:])
 	case "help", "-h", "--help":
 		usage()
 		return 0
@@ -41,6 +43,7 @@ func usage() {
 Usage:
   walbus serve [flags]    run the broker (walbus serve --help for its flags)
   walbus cert [flags]     write a local CA and server certificate for TLS
+  walbus bench [flags]    load a broker with real clients and report throughput and latency
   walbus version          print the version
 `)
 }

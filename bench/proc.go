@@ -1,0 +1,201 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// userHZ is the unit of the CPU times in /proc/PID/stat. The kernel
+// exports them in USER_HZ, fixed at 100 on every architecture Go supports
+// on Linux (proc(5)), whatever the kernel's own tick rate is.
+const userHZ = 100
+
+// procUsage is what /proc says about a process at one moment.
+type procUsage struct {
+	CPU time.Duration // user + system time since the process started
+	RSS int64         // resident set size, bytes
+}
+
+// parseStat reads utime and stime from the text of /proc/PID/stat. The
+// command name (field 2) is in parentheses and may itself hold spaces and
+// parentheses, so fields are counted from the last ')'.
+func parseStat(data []byte) (time.Duration, error) {
+	end := bytes.LastIndexByte(data, ')')
+	if end < 0 {
+		return 0, errors.New("stat: no command name")
+	}
+	// After the name: state (field 3), ..., utime (14), stime (15).
+	fields := strings.Fields(string(data[end+1:]))
+	const utimeAt, stimeAt = 14 - 3, 15 - 3
+	if len(fields) <= stimeAt {
+		return 0, fmt.Errorf("stat: %d fields after the command name, want more than %d", len(fields), stimeAt)
+	}
+	var ticks int64
+	for _, f := range []string{fields[utimeAt], fields[stimeAt]} {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("stat: cpu time %q", f)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / userHZ), nil
+}
+
+// parseStatusRSS reads VmRSS from the text of /proc/PID/status, in bytes.
+// Kernel threads and zombies have no VmRSS line; that is 0, not an error.
+func parseStatusRSS(data []byte) (int64, error) {
+	for line := range bytes.Lines(data) {
+		rest, ok := bytes.CutPrefix(line, []byte("VmRSS:"))
+		if !ok {
+			continue
+		}
+		f := strings.Fields(string(rest))
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("status: VmRSS line %q", bytes.TrimSpace(line))
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("status: VmRSS %q: %w", f[0], err)
+		}
+		return kb << 10, nil
+	}
+	return 0, nil
+}
+
+// readProcUsage samples process pid from /proc.
+func readProcUsage(pid int) (procUsage, error) {
+	dir := filepath.Join("/proc", strconv.Itoa(pid))
+	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return procUsage{}, err
+	}
+	cpu, err := parseStat(stat)
+	if err != nil {
+		return procUsage{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	status, err := os.ReadFile(filepath.Join(dir, "status"))
+	if err != nil {
+		return procUsage{}, err
+	}
+	rss, err := parseStatusRSS(status)
+	if err != nil {
+		return procUsage{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return procUsage{CPU: cpu, RSS: rss}, nil
+}
+
+// tcpListen is the socket state LISTEN in /proc/net/tcp (include/net/tcp_states.h).
+const tcpListen = "0A"
+
+// parseListenInodes returns the inodes of the listening sockets on port in
+// the text of /proc/net/tcp or /proc/net/tcp6, whose lines read
+// "sl local_address rem_address st ... uid timeout inode ...", addresses
+// as hex "ADDR:PORT".
+func parseListenInodes(data []byte, port int) []uint64 {
+	var inodes []uint64
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 10 || f[3] != tcpListen {
+			continue // the header line, or not a listener
+		}
+		_, hexPort, ok := strings.Cut(f[1], ":")
+		if !ok {
+			continue
+		}
+		p, err := strconv.ParseUint(hexPort, 16, 16)
+		if err != nil || int(p) != port {
+			continue
+		}
+		inode, err := strconv.ParseUint(f[9], 10, 64)
+		if err != nil || inode == 0 {
+			continue
+		}
+		inodes = append(inodes, inode)
+	}
+	return inodes
+}
+
+// findListenerPID finds the process listening on TCP port on this host, by
+// matching the socket inodes of /proc/net/tcp{,6} against the links in
+// every readable /proc/PID/fd. Processes of other users are unreadable
+// without privilege, so this is best effort: 0 means not found.
+func findListenerPID(port int) (int, error) {
+	want := map[string]bool{}
+	for _, name := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			continue // no IPv6, or no /proc
+		}
+		for _, inode := range parseListenInodes(data, port) {
+			want[fmt.Sprintf("socket:[%d]", inode)] = true
+		}
+	}
+	if len(want) == 0 {
+		return 0, fmt.Errorf("no listener on port %d in /proc/net/tcp", port)
+	}
+	// Look at this process first: a broker in the same process is common
+	// in tests and cheap to confirm.
+	if pidHolds(os.Getpid(), want) {
+		return os.Getpid(), nil
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if pidHolds(pid, want) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("the listener on port %d belongs to no process this user can inspect", port)
+}
+
+// pidHolds reports whether pid has one of the sockets in want open.
+func pidHolds(pid int, want map[string]bool) bool {
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
+		if err == nil && want[target] {
+			return true
+		}
+	}
+	return false
+}
+
+// isLocalHost reports whether host names this machine: a loopback address
+// or one of its interfaces' addresses.
+func isLocalHost(host string) bool {
+	ips, err := net.LookupIP(host)
+	if err != nil {
+		return false
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, ip := range ips {
+		if ip.IsLoopback() || ip.IsUnspecified() {
+			return true
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+				return true
+			}
+		}
+	}
+	return false
+}

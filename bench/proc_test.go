@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"net"
+	"os"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+)
+
+func readTestdata(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// The command name holds spaces and parentheses; fields count from the
+// last ')'.
+func TestParseStat(t *testing.T) {
+	cpu, err := parseStat(readTestdata(t, "stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (1234 + 567) * 10 * time.Millisecond; cpu != want {
+		t.Fatalf("cpu %v, want %v", cpu, want)
+	}
+	for _, bad := range []string{"", "12 (x", "12 (x) S 1 2 3", "1 (x) S 1 1 1 0 -1 0 0 0 0 0 -5 3 0"} {
+		if _, err := parseStat([]byte(bad)); err == nil {
+			t.Errorf("parseStat(%q): no error", bad)
+		}
+	}
+}
+
+func TestParseStatusRSS(t *testing.T) {
+	rss, err := parseStatusRSS(readTestdata(t, "status"))
+	if err != nil || rss != 125664<<10 {
+		t.Fatalf("rss %d, %v; want %d", rss, err, 125664<<10)
+	}
+	if rss, err := parseStatusRSS([]byte("Name:\tkthreadd\nState:\tS\n")); rss != 0 || err != nil {
+		t.Fatalf("kernel thread: %d, %v", rss, err)
+	}
+	if _, err := parseStatusRSS([]byte("VmRSS:\t12 MB\n")); err == nil {
+		t.Fatal("unknown unit accepted")
+	}
+}
+
+// Only listening sockets on the port count, IPv4 and IPv6 alike.
+func TestParseListenInodes(t *testing.T) {
+	if got := parseListenInodes(readTestdata(t, "net_tcp"), 5672); !slices.Equal(got, []uint64{55501}) {
+		t.Errorf("tcp: %v", got)
+	}
+	if got := parseListenInodes(readTestdata(t, "net_tcp6"), 5672); !slices.Equal(got, []uint64{66601}) {
+		t.Errorf("tcp6: %v", got)
+	}
+	if got := parseListenInodes(readTestdata(t, "net_tcp"), 5673); len(got) != 0 {
+		t.Errorf("port 5673: %v", got)
+	}
+}
+
+func linuxOnly(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("needs /proc")
+	}
+}
+
+// The test process's own CPU time grows as it works, and it has an RSS.
+func TestReadProcUsageSelf(t *testing.T) {
+	linuxOnly(t)
+	before, err := readProcUsage(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.RSS <= 0 {
+		t.Fatalf("rss %d", before.RSS)
+	}
+	// Spin until the kernel has charged at least one more tick, or give up:
+	// a stuck counter, not a slow machine, is what this would catch.
+	deadline := time.Now().Add(10 * time.Second)
+	sink := 0
+	for time.Now().Before(deadline) {
+		for i := range 1_000_000 {
+			sink += i
+		}
+		after, err := readProcUsage(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.CPU < before.CPU {
+			t.Fatalf("cpu went back from %v to %v", before.CPU, after.CPU)
+		}
+		if after.CPU > before.CPU {
+			return
+		}
+	}
+	t.Fatalf("cpu stayed at %v while spinning (%d)", before.CPU, sink)
+}
+
+// A listener this process opened is found to be this process's.
+func TestFindListenerPID(t *testing.T) {
+	linuxOnly(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	pid, err := findListenerPID(l.Addr().(*net.TCPAddr).Port)
+	if err != nil || pid != os.Getpid() {
+		t.Fatalf("pid %d, %v; want %d", pid, err, os.Getpid())
+	}
+}
+
+func TestSelfUsage(t *testing.T) {
+	if runtime.GOOS == "windows" || runtime.GOOS == "plan9" {
+		t.Skip("no getrusage")
+	}
+	u, err := selfUsage()
+	if err != nil || u.CPU <= 0 || u.RSS <= 0 {
+		t.Fatalf("%+v, %v", u, err)
+	}
+}

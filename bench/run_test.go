@@ -1,0 +1,160 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/walbus/walbus/amqpserver"
+	"github.com/walbus/walbus/amqpserver/sas"
+	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/projection"
+)
+
+// startWalbus serves a real broker, in this process, with the queues.
+func startWalbus(t *testing.T, queues ...string) string {
+	t.Helper()
+	b, _, err := broker.Open(broker.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queues {
+		if _, err := b.CreateQueue(q, projection.DefaultConfig()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := sas.NewKeys(sas.Key{Name: emulatorKeyName, Value: emulatorKey, Rights: sas.Manage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := amqpserver.New(b, amqpserver.Config{Keys: keys})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		b.Close()
+	})
+	return l.Addr().String()
+}
+
+// A short run with each client moves messages end to end with no errors,
+// and measures what it claims to.
+func TestRunAgainstWalbus(t *testing.T) {
+	// A queue each, so no run drains another's backlog.
+	addr := startWalbus(t, "sdk", "amqp", "paced")
+	for _, tc := range []struct {
+		queue string
+		args  []string
+	}{
+		// The SDK, batched sends from two goroutines, two receivers
+		// completing up to four messages at once.
+		{"sdk", []string{"--client", "sdk", "--conn-string",
+			fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s;UseDevelopmentEmulator=true", addr, emulatorKeyName, emulatorKey),
+			"--batch", "10", "--in-flight", "2", "--receivers", "2"}},
+		// Plain AMQP with SASL PLAIN, eight unsettled sends, credit eight.
+		{"amqp", []string{"--url", fmt.Sprintf("amqp://%s:%s@%s", emulatorKeyName, emulatorKey, addr), "--in-flight", "8"}},
+		// Paced, receive-and-delete.
+		{"paced", []string{"--url", "amqp://" + addr, "--client", "sdk", "--rate", "200", "--mode", "rad"}},
+	} {
+		t.Run(tc.queue, func(t *testing.T) {
+			args := append([]string{"--queue", tc.queue, "--size", "256", "--warmup", "300ms", "--duration", "1500ms"}, tc.args...)
+			cfg, err := ParseArgs(args, os.Stderr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			res, err := Run(ctx, cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var text bytes.Buffer
+			if err := res.WriteText(&text); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("\n%s", text.String())
+			if res.Failed() || res.Errors.Warmup > 0 {
+				t.Fatalf("errors: %+v", res.Errors)
+			}
+			if res.Sent == 0 || res.Received == 0 || res.SendRate <= 0 || res.ReceiveRate <= 0 {
+				t.Fatalf("sent %d received %d", res.Sent, res.Received)
+			}
+			if res.Stale != 0 {
+				t.Fatalf("%d messages not from this run", res.Stale)
+			}
+			l := res.Latency
+			if l.Count == 0 || l.P50 <= 0 || l.P99 < l.P50 || l.P999 < l.P99 || l.Max < l.P999 {
+				t.Fatalf("latency %+v", l)
+			}
+			if s := res.SendLatency; s.Count == 0 || s.P50 <= 0 {
+				t.Fatalf("send latency %+v", s)
+			}
+			if math := res.MeasuredSeconds; math < 1.4 || math > 2 {
+				t.Fatalf("measured %vs of a 1.5s window", math)
+			}
+			if runtime.GOOS == "linux" {
+				// The broker listens in this process, and is found there.
+				if res.Broker == nil || res.Broker.PID != os.Getpid() || !res.Broker.SameProcess || res.Broker.PeakRSSBytes <= 0 {
+					t.Fatalf("broker %+v (%s)", res.Broker, res.BrokerNote)
+				}
+				if res.ClientUsage == nil || res.ClientUsage.CPUSeconds <= 0 {
+					t.Fatalf("client %+v", res.ClientUsage)
+				}
+			}
+			var back Result
+			if data, err := json.Marshal(res); err != nil || json.Unmarshal(data, &back) != nil || back.Sent != res.Sent {
+				t.Fatalf("json round trip: %v", err)
+			}
+		})
+	}
+}
+
+// A receive-only run drains what an earlier run left: those messages count
+// as received, marked stale, with no latency (their send times belong to
+// another run). The earlier run is sent with the SDK and drained with
+// go-amqp, so the stamps also cross from one client to the other.
+func TestRunDrainsEarlierMessages(t *testing.T) {
+	addr := startWalbus(t, "q")
+	run := func(args ...string) *Result {
+		t.Helper()
+		cfg, err := ParseArgs(append([]string{"--queue", "q", "--warmup", "0s"}, args...), os.Stderr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		res, err := Run(ctx, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Failed() || res.Errors.Warmup > 0 {
+			t.Fatalf("errors: %+v", res.Errors)
+		}
+		return res
+	}
+	fill := run("--client", "sdk", "--url", "amqp://"+addr, "--receivers", "0", "--batch", "20", "--duration", "500ms")
+	if fill.Sent == 0 || fill.Received != 0 {
+		t.Fatalf("fill: sent %d received %d", fill.Sent, fill.Received)
+	}
+	drain := run("--url", fmt.Sprintf("amqp://%s:%s@%s", emulatorKeyName, emulatorKey, addr),
+		"--senders", "0", "--in-flight", "16", "--duration", "1s")
+	if drain.Received == 0 || drain.Stale != drain.Received || drain.Latency.Count != 0 {
+		t.Fatalf("drain: received %d, stale %d, latency %+v", drain.Received, drain.Stale, drain.Latency)
+	}
+	// With no warm-up, the fill sent what its window counted plus at most
+	// the one batch of 20 in flight when the window closed.
+	if drain.Received > fill.Sent+20 {
+		t.Fatalf("drained %d, more than the %d sent", drain.Received, fill.Sent)
+	}
+}
