@@ -4,7 +4,7 @@ BIN       := bin/walbus
 FUZZTIME  ?= 10s
 PKGS      := ./...
 
-.PHONY: all build run test vet fmt-check unit bench fuzz crash clean
+.PHONY: all build run test vet fmt-check unit full-size bench fuzz crash clean
 
 all: build
 
@@ -16,7 +16,7 @@ run: build
 	./$(BIN) serve
 
 # Everything CI runs.
-test: vet fmt-check unit
+test: vet fmt-check unit full-size
 
 vet:
 	$(GO) vet $(PKGS)
@@ -27,6 +27,10 @@ fmt-check:
 
 unit:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+# Tests that run scaled down under the race detector, at full size.
+full-size:
+	$(GO) test -count=1 -timeout 10m -run '^TestCompactMillionMessagesOnePercentDeferred$$' ./tools/compaction
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 30m $(PKGS)

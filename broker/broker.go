@@ -85,6 +85,7 @@ type Broker struct {
 	clock  Clock
 	logger *slog.Logger
 	ns     *log.Log
+	lock   *log.DirLock // on the data directory, held until Close
 
 	mu       sync.RWMutex
 	entities map[string]*Entity // by lower-case name
@@ -127,8 +128,14 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	opts = opts.withDefaults()
 	b := &Broker{opts: opts, clock: opts.Clock, logger: opts.Logger, entities: make(map[string]*Entity)}
 	var rec Recovery
+	lock, err := log.LockDir(opts.Dir)
+	if err != nil {
+		return nil, rec, err
+	}
+	b.lock = lock
 	ns, rep, err := log.Open(filepath.Join(opts.Dir, "namespace"), b.logOptions("", nil))
 	if err != nil {
+		lock.Unlock()
 		return nil, rec, fmt.Errorf("open namespace log: %w", err)
 	}
 	if rep.Repair.Bytes > 0 {
@@ -158,10 +165,12 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	})
 	if err != nil {
 		ns.Close()
+		lock.Unlock()
 		return nil, rec, fmt.Errorf("read namespace log: %w", err)
 	}
 	if err := b.removeOrphans(specs); err != nil {
 		ns.Close()
+		lock.Unlock()
 		return nil, rec, err
 	}
 	ids := slices.Sorted(func(yield func(uint64) bool) {
@@ -442,6 +451,6 @@ func (b *Broker) shutdown(graceful bool) error {
 		}()
 	}
 	wg.Wait()
-	errs = append(errs, b.ns.Close())
+	errs = append(errs, b.ns.Close(), b.lock.Unlock())
 	return errors.Join(errs...)
 }

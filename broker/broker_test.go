@@ -3,6 +3,8 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -241,4 +243,20 @@ func TestEntityLifecycle(t *testing.T) {
 	if names := b.Entities(); len(names) != 1 || names[0].Name() != "Orders" {
 		t.Fatalf("entities: %v", names)
 	}
+}
+
+// Two brokers never share a data directory: the second is refused with the
+// first one's pid, and the directory is free again once the first closes.
+func TestDataDirectoryIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	b := openBroker(t, Options{Dir: dir})
+	_, _, err := Open(Options{Dir: dir})
+	if !errors.Is(err, log.ErrLocked) || !strings.Contains(err.Error(), fmt.Sprint(os.Getpid())) {
+		t.Fatalf("second broker on %s: %v", dir, err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openBroker(t, Options{Dir: dir})
+	b.Close()
 }

@@ -48,8 +48,9 @@ type Entity struct {
 	nextID    uint64
 	syncs     []chan error // Sync calls waiting for the end of the batch
 
-	snap  snapshotState
-	stats stats
+	snap     snapshotState
+	stats    stats
+	archives []*log.Archive // records compaction moved out of the log, newest first
 
 	closeOnce sync.Once
 }
@@ -248,8 +249,28 @@ func (e *Entity) record(index uint64, pos log.Position) (log.Event, error) {
 	if ev, ok := e.cache.get(index); ok {
 		return ev, nil
 	}
+	if first := e.log.FirstIndex(); index <= first && len(e.archives) > 0 {
+		// Compaction moved it out of the log (see log.ReadArchived).
+		if ev, ok, err := log.ReadArchived(e.archives, index); ok || index < first {
+			if !ok {
+				err = fmt.Errorf("record %d is before the log (which starts at %d) and in no archive", index, first)
+			}
+			return ev, err
+		}
+	}
 	ev, _, err := e.log.ReadAt(index, pos, nil)
 	return ev, err
+}
+
+// archivedThrough is the highest index the archives hold; the newest
+// archive holds every record below its cut that was still needed then, and
+// nothing dead below the cut comes back to life, so the log need not keep
+// anything up to it.
+func (e *Entity) archivedThrough() uint64 {
+	if len(e.archives) == 0 {
+		return 0
+	}
+	return e.archives[0].Last()
 }
 
 func (e *Entity) armTimer() {
@@ -321,7 +342,7 @@ func (e *Entity) maybeSnapshot() {
 func (e *Entity) startSnapshot(then func(error)) {
 	raw := e.st.Encode(nil)
 	index := e.st.LastIndex()
-	firstNeeded := e.st.FirstNeeded()
+	firstNeeded := e.st.FirstNeededFrom(e.archivedThrough() + 1)
 	e.snap.running = true
 	e.snap.sinceLast = 0
 	e.snap.bytesAt = e.log.Bytes()
@@ -398,6 +419,7 @@ func (e *Entity) close(graceful bool) error {
 	}
 	e.closeOnce.Do(func() { close(e.quit) })
 	<-e.done
+	e.closeArchives()
 	err := e.log.Close()
 	if errors.Is(err, log.ErrClosed) {
 		err = nil

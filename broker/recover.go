@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/log"
-	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
 )
 
@@ -31,39 +30,23 @@ func (e *Entity) load(rec *EntityRecovery) error {
 	if rep.Repair.Bytes > 0 {
 		b.logger.Warn("log tail repaired", "entity", e.name, "repair", rep.Repair.String())
 	}
-	st, info, skipped, err := snapshot.Load(filepath.Join(e.dir, "snapshots"), func(index uint64) error {
-		if index+1 < l.FirstIndex() || index > l.LastIndex() {
-			return fmt.Errorf("snapshot at %d does not fit the log (%d-%d)", index, l.FirstIndex(), l.LastIndex())
-		}
-		return nil
-	})
-	rec.Skipped = skipped
-	for _, s := range skipped {
+	st, rebuilt, err := snapshot.Rebuild(filepath.Join(e.dir, "snapshots"), l)
+	rec.Skipped, rec.Snapshot, rec.Replayed = rebuilt.Skipped, rebuilt.Snapshot, rebuilt.Replayed
+	for _, s := range rebuilt.Skipped {
 		b.logger.Warn("snapshot skipped", "entity", e.name, "path", s.Info.Path, "err", s.Err)
 	}
 	if err != nil {
 		l.Close()
 		return fmt.Errorf("entity %s: %w", e.name, err)
 	}
-	from := uint64(1)
-	if st != nil {
-		rec.Snapshot, from = info.Index, info.Index+1
-		e.snap.lastIndex = info.Index
-	} else {
-		st = projection.New()
-		if l.FirstIndex() > 1 {
-			l.Close()
-			return fmt.Errorf("entity %s: the log starts at %d and no snapshot covers the events before it", e.name, l.FirstIndex())
-		}
-	}
-	err = l.Scan(from, func(ev *log.Event) error {
-		rec.Replayed++
-		return st.Apply(ev)
-	})
+	e.snap.lastIndex = rebuilt.Snapshot
+	archives, err := log.OpenArchives(filepath.Join(e.dir, "archive"))
 	if err != nil {
 		l.Close()
-		return fmt.Errorf("entity %s: replay: %w", e.name, err)
+		return fmt.Errorf("entity %s: %w", e.name, err)
 	}
+	e.closeArchives()
+	e.archives = archives
 	e.log, e.st = l, st
 	e.durable = l.DurableIndex()
 	e.snap.bytesAt = l.Bytes()
@@ -113,4 +96,11 @@ func (e *Entity) recover(lastDelay time.Duration) {
 	e.failed = nil
 	e.b.logger.Info("entity recovered after a failure", "entity", e.name, "snapshot", rec.Snapshot, "replayed", rec.Replayed,
 		"tail_repair", rec.Repair.String())
+}
+
+func (e *Entity) closeArchives() {
+	for _, a := range e.archives {
+		a.Close()
+	}
+	e.archives = nil
 }

@@ -531,6 +531,9 @@ func (l *Log) Scan(from uint64, fn func(*Event) error) error {
 	return l.segs.scan(from, l.written.Load(), fn)
 }
 
+// ScanFrom is Scan, under the name snapshot.Source shares with ReadOnly.
+func (l *Log) ScanFrom(from uint64, fn func(*Event) error) error { return l.Scan(from, fn) }
+
 // TruncateFront drops whole segments whose records all come before upTo, the
 // first index still needed. It returns the new first index. To stay cheap it
 // keeps the last record of the segment before the first needed one:

@@ -106,5 +106,32 @@ func (r *ReadOnly) ReadAt(index uint64, pos Position) (Event, error) {
 	return e, err
 }
 
+// FirstIndex is the first segment's first index (1 for an empty log).
+func (r *ReadOnly) FirstIndex() uint64 {
+	segs := r.set.list()
+	if len(segs) == 0 {
+		return 1
+	}
+	return segs[0]
+}
+
+// LastIndex is the index of the last valid record of the last segment (a
+// torn tail is not counted).
+func (r *ReadOnly) LastIndex() uint64 {
+	segs := r.set.list()
+	if len(segs) == 0 {
+		return 0
+	}
+	last := segs[len(segs)-1] - 1
+	r.WalkSegment(segs[len(segs)-1], func(rec RecordInfo) error {
+		last = rec.Event.Index
+		return nil
+	})
+	return last
+}
+
+// ScanFrom scans from index to the end: ReadOnly as a snapshot.Source.
+func (r *ReadOnly) ScanFrom(from uint64, fn func(*Event) error) error { return r.Scan(from, 0, fn) }
+
 // Close releases the file handles.
 func (r *ReadOnly) Close() { r.set.close() }

@@ -34,7 +34,7 @@ type mMsg struct {
 	deliveries int
 	session    string
 	expires    int64
-	overlays   int
+	overlays   []uint64 // indexes of the records modifying it
 	token      log.LockToken
 	lockUntil  int64
 	receiver   string
@@ -427,11 +427,12 @@ func (m *model) apply(ev *log.Event) {
 			msg.state = index.Deferred
 		}
 		if len(ev.Props) > 0 {
-			msg.overlays++
+			msg.overlays = append(msg.overlays, ev.Index)
 		}
 	case log.DeadLettered:
 		msg := m.msgs[ev.Seq]
-		*msg = mMsg{seq: msg.seq, queue: msg.queue | 1, state: index.Available, deliveries: msg.deliveries, overlays: msg.overlays + 1}
+		*msg = mMsg{seq: msg.seq, queue: msg.queue | 1, state: index.Available, deliveries: msg.deliveries,
+			overlays: append(msg.overlays, ev.Index)}
 	case log.SessionLocked:
 		s := m.session(ev.SessionID)
 		s.owner, s.until = ev.Receiver, ev.Until
@@ -459,7 +460,7 @@ func (m *model) observe(now int64) string {
 	for _, no := range []uint32{log.MainQueue, log.DeadLetterQueue} {
 		for _, msg := range m.inQueue(no, func(*mMsg) bool { return true }) {
 			out = append(out, fmt.Sprintf("q%d seq=%d %s deferred=%v deliveries=%d session=%q overlays=%d lock=%x/%d/%s",
-				no, msg.seq, msg.state, msg.deferred, msg.deliveries, msg.session, msg.overlays, msg.token, msg.lockUntil, msg.receiver))
+				no, msg.seq, msg.state, msg.deferred, msg.deliveries, msg.session, len(msg.overlays), msg.token, msg.lockUntil, msg.receiver))
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(m.sessions)) {
@@ -493,6 +494,23 @@ func (m *model) observe(now int64) string {
 		first = min(first, msg.seq)
 	}
 	out = append(out, fmt.Sprintf("first-needed=%d", first))
+	// As if an archive held everything below from: messages at or above
+	// it, and the records modifying older messages written at or above it.
+	for _, from := range []uint64{m.last / 2, m.last * 3 / 4} {
+		first := m.last + 1
+		for _, msg := range m.msgs {
+			if msg.seq >= from {
+				first = min(first, msg.seq)
+				continue
+			}
+			for _, ov := range msg.overlays {
+				if ov >= from {
+					first = min(first, ov)
+				}
+			}
+		}
+		out = append(out, fmt.Sprintf("first-needed-from(%d)=%d", from, first))
+	}
 	return fmt.Sprintf("%s\nlock/ttl/session deadline=%d due=%v", joinLines(out), next, due)
 }
 
@@ -522,6 +540,9 @@ func observe(e *Entity, now int64) string {
 		}
 	}
 	out = append(out, fmt.Sprintf("first-needed=%d", e.FirstNeeded()))
+	for _, from := range []uint64{e.last / 2, e.last * 3 / 4} {
+		out = append(out, fmt.Sprintf("first-needed-from(%d)=%d", from, e.FirstNeededFrom(from)))
+	}
 	// NextDeadline also covers activations; compare the rest through the
 	// model's rule by masking scheduled messages out.
 	next := int64(0)

@@ -218,11 +218,32 @@ func (e *Entity) DueScheduled(no uint32, now int64) []uint64 {
 // the oldest message of any queue (a message's modifying records come after
 // it). Everything before it is dead and may be truncated once a snapshot
 // covers it.
-func (e *Entity) FirstNeeded() uint64 {
+func (e *Entity) FirstNeeded() uint64 { return e.FirstNeededFrom(0) }
+
+// FirstNeededFrom is FirstNeeded for a log whose records below from are
+// kept elsewhere (a compaction archive): the lowest index at or above from
+// that the state reads, which may be a later record modifying an older
+// message.
+func (e *Entity) FirstNeededFrom(from uint64) uint64 {
 	first := e.last + 1
 	for _, q := range e.queues {
-		if !q.all.IsEmpty() {
-			first = min(first, q.all.Minimum())
+		it := q.all.Iterator()
+		it.AdvanceIfNeeded(from)
+		if it.HasNext() {
+			first = min(first, it.Next())
+		}
+		if from == 0 {
+			continue
+		}
+		for seq, refs := range q.overlays {
+			if seq >= from {
+				continue // its message comes first
+			}
+			for _, r := range refs {
+				if r.Index >= from {
+					first = min(first, r.Index)
+				}
+			}
 		}
 	}
 	return first

@@ -28,6 +28,8 @@ func run(args []string) int {
 		return certCmd(args[1:])
 	case "bench":
 		return benchCmd(args[1:])
+	case "compact":
+		return compactCmd(args[1:])
 	case "help", "-h", "--help":
 		usage()
 		return 0
@@ -44,6 +46,14 @@ Usage:
   walbus serve [flags]    run the broker (walbus serve --help for its flags)
   walbus cert [flags]     write a local CA and server certificate for TLS
   walbus bench [flags]    load a broker with real clients and report throughput and latency
+
+Offline tools (on a data directory; the server stopped):
+  walbus replay [flags]   every event in log order, as a table or JSON lines
+  walbus audit [flags]    the whole life of one message
+  walbus state [flags]    an entity's state, now or at a point in the past
+  walbus verify [flags]   check every log, archive and snapshot
+  walbus dump [flags]     segments and snapshots: sizes, ranges, record counts
+  walbus compact [flags]  reclaim the disk held by settled messages
   walbus version          print the version
 `)
 }
