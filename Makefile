@@ -4,7 +4,7 @@ BIN       := bin/walbus
 FUZZTIME  ?= 10s
 PKGS      := ./...
 
-.PHONY: all build run test vet fmt-check unit full-size bench fuzz crash clean
+.PHONY: all build run test vet fmt-check unit full-size test-js bench bench-go fuzz crash clean
 
 all: build
 
@@ -16,7 +16,7 @@ run: build
 	./$(BIN) serve
 
 # Everything CI runs.
-test: vet fmt-check unit full-size
+test: vet fmt-check unit full-size test-js
 
 vet:
 	$(GO) vet $(PKGS)
@@ -28,11 +28,26 @@ fmt-check:
 unit:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
+# The JavaScript SDK (@azure/service-bus, pinned in the lock file) against a
+# real walbus serve; needs Node.js 20+ and npm. The tests mostly wait (locks,
+# TTLs, schedules), so files run side by side.
+JS_DIR := amqpserver/testdata/jssdk
+test-js: build
+	cd $(JS_DIR) && npm ci --no-audit --no-fund --loglevel=error && \
+		WALBUS_BIN=$(abspath $(BIN)) node --test --test-concurrency=6
+
 # Tests that run scaled down under the race detector, at full size.
 full-size:
 	$(GO) test -count=1 -timeout 10m -run '^TestCompactMillionMessagesOnePercentDeferred$$' ./tools/compaction
 
-bench:
+# A short standard set of walbus bench runs (SDK and go-amqp sends, a paced send and
+# receive, a drain) against a fresh walbus serve --sync always, as one table: about a minute.
+# BENCH_FLAGS="--duration 10s" measures longer.
+bench: build
+	$(GO) run ./bench/cmd/standard --walbus $(BIN) $(BENCH_FLAGS)
+
+# The Go micro-benchmarks (testing.B) of every package.
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 30m $(PKGS)
 
 # A short run of every fuzz target (FUZZTIME each).

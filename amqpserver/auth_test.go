@@ -157,3 +157,46 @@ func TestExpiredTokenDetachesItsLinks(t *testing.T) {
 		t.Fatalf("receive after the token expired: %v", err)
 	}
 }
+
+// The JS SDK puts a token for exactly the address it attaches to: the
+// management node "q1/$management" or the subqueue "q1/$DeadLetterQueue",
+// not "q1". Such a token authorises that address and what lies under it,
+// and nothing beside it.
+func TestTokenForTheExactAddress(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	if _, err := b.CreateQueue("q2", projection.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	key := sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE"}
+	for _, c := range []struct {
+		path, allowed, refused string
+		inbound                bool // the allowed link is one the client sends on
+	}{
+		{"q1/$management", "q1/$management", "q1", true},
+		{"q1/$DeadLetterQueue", "q1/$DeadLetterQueue", "q1", false},
+		{"q1", "q1/$DeadLetterQueue", "q2", false},
+	} {
+		t.Run(c.path, func(t *testing.T) {
+			conn := dial(t, addr, &amqp.ConnOptions{SASLType: amqp.SASLTypeAnonymous()})
+			audience := "sb://" + addr + "/" + c.path
+			if status, desc := putTokenRaw(t, conn, audience, sas.Sign(audience, key, time.Now().Add(time.Hour), sas.JSStyle)); status != 202 {
+				t.Fatalf("put-token: %d %s", status, desc)
+			}
+			sess, _ := conn.NewSession(ctxT(t), nil)
+			var err error
+			if c.inbound {
+				_, err = sess.NewSender(ctxT(t), c.allowed, nil)
+			} else {
+				_, err = sess.NewReceiver(ctxT(t), c.allowed, nil)
+			}
+			if err != nil {
+				t.Fatalf("attach to %s with a token for %s: %v", c.allowed, c.path, err)
+			}
+			_, err = sess.NewReceiver(ctxT(t), c.refused, nil)
+			var amqpErr *amqp.Error
+			if !errors.As(err, &amqpErr) || amqpErr.Condition != "amqp:unauthorized-access" {
+				t.Fatalf("attach to %s with a token for %s: %v, want unauthorized-access", c.refused, c.path, err)
+			}
+		})
+	}
+}

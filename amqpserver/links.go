@@ -27,13 +27,17 @@ func linkError(err error) *frames.Error {
 // authorize checks that the connection holds a claim with right on the
 // entity a link addresses, and watches the claim's expiry: when it lapses
 // without a new token the link is detached.
-func (cs *connState) authorize(l *transport.Link, e *broker.Entity, right sas.Rights) *frames.Error {
-	ok, until := cs.claims.allows(e.Name(), right, cs.s.cfg.Now())
+//
+// The claim is checked against the whole address (a dead-letter subqueue is
+// "q/$DeadLetterQueue"): the JS SDK puts a token for exactly the address it
+// attaches to, and a token for "q" covers everything under it.
+func (cs *connState) authorize(l *transport.Link, address string, right sas.Rights) *frames.Error {
+	ok, until := cs.claims.allows(address, right, cs.s.cfg.Now())
 	if !ok {
 		return &frames.Error{Condition: condUnauthorized,
 			Description: fmt.Sprintf("Unauthorized access. '%s' claim(s) are required to perform this operation.", right)}
 	}
-	cs.guard(l, e.Name(), right, until)
+	cs.guard(l, address, right, until)
 	return nil
 }
 
@@ -44,7 +48,7 @@ func (cs *connState) attachSender(l *transport.Link, address string) {
 		l.Refuse(linkError(err))
 		return
 	}
-	if ferr := cs.authorize(l, e, sas.Send); ferr != nil {
+	if ferr := cs.authorize(l, address, sas.Send); ferr != nil {
 		l.Refuse(ferr)
 		return
 	}
@@ -97,7 +101,7 @@ func (cs *connState) attachReceiver(l *transport.Link, address string) {
 		l.Refuse(linkError(err))
 		return
 	}
-	if ferr := cs.authorize(l, e, sas.Listen); ferr != nil {
+	if ferr := cs.authorize(l, address, sas.Listen); ferr != nil {
 		l.Refuse(ferr)
 		return
 	}

@@ -25,6 +25,7 @@ type receiverLookup interface {
 type mgmtTarget struct {
 	e     *broker.Entity
 	queue uint32
+	path  string // the node's address, "q/$management", for claims
 	links receiverLookup
 	// owner names lock owners for messages received through management
 	// without an associated receive link.

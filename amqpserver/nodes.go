@@ -3,6 +3,7 @@ package amqpserver
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/walbus/walbus/amqpserver/frames"
@@ -44,10 +45,11 @@ func (cs *connState) attachNode(l *transport.Link, mgmt *mgmtTarget) {
 	cs.mu.Unlock()
 }
 
-// managementTarget resolves a management address; a nil result with the
-// link refused.
+// managementTarget resolves a management address ("q/$management"); a nil
+// result with the link refused. Claims are checked against the whole
+// address, for which the JS SDK puts its token.
 func (cs *connState) managementTarget(l *transport.Link, address string) *mgmtTarget {
-	e, queue, err := cs.resolve(address)
+	e, queue, err := cs.resolve(strings.TrimSuffix(address, "/$management"))
 	if err != nil {
 		l.Refuse(linkError(err))
 		return nil
@@ -56,7 +58,7 @@ func (cs *connState) managementTarget(l *transport.Link, address string) *mgmtTa
 		l.Refuse(&frames.Error{Condition: condUnauthorized, Description: "Unauthorized access: no token covers " + address})
 		return nil
 	}
-	return &mgmtTarget{e: e, queue: queue, links: cs, owner: "mgmt:" + l.Name()}
+	return &mgmtTarget{e: e, queue: queue, path: address, links: cs, owner: "mgmt:" + l.Name()}
 }
 
 // requestLink receives requests for a node.
@@ -85,8 +87,7 @@ func (rl *requestLink) Deliver(d transport.Delivery) {
 	}
 	rl.cs.s.countOp(req.prop("operation"))
 	if need := opRights(req.prop("operation")); need != 0 {
-		path := rl.mgmt.e.Name()
-		if ok, _ := rl.cs.claims.allows(path, need, rl.cs.s.cfg.Now()); !ok {
+		if ok, _ := rl.cs.claims.allows(rl.mgmt.path, need, rl.cs.s.cfg.Now()); !ok {
 			reply(rpcResponse{status: 401, condition: condUnauthorized,
 				description: fmt.Sprintf("Unauthorized access. '%s' claim(s) are required to perform this operation.", need)})
 			return

@@ -217,7 +217,7 @@ func (s *Server) Attach(l *transport.Link) {
 	case address == "$cbs":
 		cs.attachNode(l, nil)
 	case strings.HasSuffix(address, "/$management"):
-		cs.attachNode(l, cs.managementTarget(l, strings.TrimSuffix(address, "/$management")))
+		cs.attachNode(l, cs.managementTarget(l, address))
 	case l.Inbound():
 		cs.attachSender(l, address)
 	default:

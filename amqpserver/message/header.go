@@ -80,10 +80,9 @@ func AppendHeader(dst []byte, h Header) []byte {
 		dst = w.null(dst)
 	}
 	dst = w.flag(dst, h.FirstAcquirer)
-	if h.DeliveryCount != 0 {
-		dst = w.kept(encoding.AppendUint(dst, h.DeliveryCount))
-	} else {
-		dst = w.null(dst)
-	}
+	// Always written, 0 too: rhea (the JS SDK) only sets delivery_count
+	// from a field present on the wire, and the SDK passes it on as is, so
+	// an omitted 0 reaches applications as undefined.
+	dst = w.kept(encoding.AppendUint(dst, h.DeliveryCount))
 	return w.end(dst)
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"fmt"
 
 	"github.com/walbus/walbus/amqpserver/frames"
 )
@@ -15,6 +16,7 @@ const keepAssemblyBuffer = 1 << 20
 type assembly struct {
 	active  bool
 	multi   bool // payload is being copied into buf
+	discard bool // past max-message-size: frames are dropped, then it is rejected
 	id      uint32
 	format  uint32
 	settled bool
@@ -70,8 +72,13 @@ func (s *Session) onTransfer(perf, payload []byte) *frames.Error {
 		l.topUp()
 		return nil
 	}
-	if uint64(len(a.buf))+uint64(len(payload)) > l.maxSize {
-		l.fail(newError(CondMessageSizeExceeded, "message larger than max-message-size"))
+	if !a.discard && uint64(len(a.buf))+uint64(len(payload)) > l.maxSize {
+		a.discard, a.buf = true, a.buf[:0]
+	}
+	if a.discard {
+		if !t.More {
+			l.rejectOversize()
+		}
 		return nil
 	}
 	if t.More {
@@ -143,8 +150,24 @@ func (l *Link) beginDelivery(t *frames.Transfer) bool {
 // resetAssembly drops a partial delivery.
 func (l *Link) resetAssembly() {
 	a := &l.asm
-	a.active, a.multi, a.state, a.tag = false, false, nil, nil
+	a.active, a.multi, a.discard, a.state, a.tag = false, false, false, nil, nil
 	a.buf = a.buf[:0]
+}
+
+// rejectOversize ends a delivery larger than max-message-size once its
+// last frame is in: it is settled as rejected with message-size-exceeded
+// and the link stays up. The spec allows detaching the link instead
+// (§2.7.3), but the SDKs map the rejection to their message-too-large
+// errors, while a JS sender whose link detaches mid-send only times out.
+func (l *Link) rejectOversize() {
+	a := &l.asm
+	id, settled := a.id, a.settled
+	l.resetAssembly()
+	if !settled {
+		l.conn.appendDisposition(l.sess.outChannel, frames.RoleReceiver, id, true, &frames.Rejected{
+			Error: newError(CondMessageSizeExceeded, fmt.Sprintf("the message is larger than the link's max-message-size of %d bytes", l.maxSize))})
+	}
+	l.topUp()
 }
 
 // fail detaches the link with an engine-detected link error. Called by

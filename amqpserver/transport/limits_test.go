@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
 
 	amqp "github.com/Azure/go-amqp"
 	"github.com/walbus/walbus/amqpserver/frames"
@@ -146,7 +147,8 @@ func TestMalformedFrames(t *testing.T) {
 }
 
 // TestOversizeMessage: a delivery whose frames add up past
-// max-message-size detaches the link with message-size-exceeded.
+// max-message-size is rejected with message-size-exceeded once its last
+// frame is in, and the link carries on.
 func TestOversizeMessage(t *testing.T) {
 	h := newTestHandler()
 	col := newCollector(h, 4)
@@ -164,16 +166,20 @@ func TestOversizeMessage(t *testing.T) {
 	r.send(0, &frames.Transfer{Handle: 0, More: true}, chunk)
 	r.send(0, &frames.Transfer{Handle: 0, More: true}, chunk)
 	r.send(0, &frames.Transfer{Handle: 0}, chunk)
-	d := expect[*frames.Detach](r)
-	if !d.Closed || condition(d.Error) != CondMessageSizeExceeded {
-		t.Fatalf("detach %+v", d)
+	d := expect[*frames.Disposition](r)
+	rej, ok := d.State.(*frames.Rejected)
+	if d.Role != frames.RoleReceiver || d.First != 0 || !d.Settled || !ok || condition(rej.Error) != CondMessageSizeExceeded {
+		t.Fatalf("disposition %+v", d)
 	}
-	r.send(0, &frames.Detach{Handle: 0, Closed: true}, nil)
-	if d := ts.h.nextDetached(t); condition(d.err) != CondMessageSizeExceeded {
-		t.Fatalf("Detached with %v", d.err)
-	}
-	if len(col.deliveries) != 0 {
-		t.Fatal("oversize message delivered")
+	// The link is still up: a message within the limit goes through.
+	r.send(0, &frames.Transfer{Handle: 0, DeliveryID: frames.Some[uint32](1), DeliveryTag: []byte{2}, MessageFormat: frames.Some[uint32](0)}, chunk)
+	select {
+	case got := <-col.deliveries:
+		if got.ID != 1 || len(got.Payload) != len(chunk) {
+			t.Fatalf("delivery after the oversize one: id %d, %d bytes (the oversize one delivered?)", got.ID, len(got.Payload))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message after the oversize one was not delivered")
 	}
 }
 

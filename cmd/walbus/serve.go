@@ -36,7 +36,7 @@ type serveOptions struct {
 	sync, logLevel, logFormat, keysFile                          string
 	syncInterval                                                 time.Duration
 	keys                                                         keyFlags
-	noDefaultKey, httpTLS                                        bool
+	noDefaultKey, httpTLS, pprof                                 bool
 	limits                                                       transport.Config
 	maxFrameSize, maxMessageSize                                 int
 	segmentSize                                                  int
@@ -75,6 +75,7 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (PEM), for --amqps and HTTPS")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key file (PEM)")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:5300", "HTTP listen address for /health and /metrics; empty to disable")
+	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler at /debug/pprof/ on --http (for performance work)")
 	fs.BoolVar(&o.httpTLS, "http-tls", false, "serve --http as HTTPS with --tls-cert and --tls-key")
 	fs.StringVar(&o.config, "config", "", "emulator Config.json: entities to create if they do not exist")
 	fs.StringVar(&o.sync, "sync", "always", "fsync policy: always (nothing acknowledged before fsync), interval, or none (unsafe)")
@@ -312,7 +313,11 @@ func serve(args []string) int {
 			logger.Error("cannot listen for HTTP", "addr", o.httpAddr, "err", err)
 			return 1
 		}
-		httpSrv = &http.Server{Handler: admin.Handler(health, metrics), ReadHeaderTimeout: 10 * time.Second}
+		handler := admin.Handler(health, metrics)
+		if o.pprof {
+			handler = withProfiler(handler)
+		}
+		httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 		go httpSrv.Serve(ln)
 		logger.Info("listening", "http", ln.Addr().String())
 	}

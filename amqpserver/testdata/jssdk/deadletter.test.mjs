@@ -7,6 +7,7 @@ import { brokerSuite, receiveAll } from "./harness.mjs";
 const { broker, test } = brokerSuite({
   dlq: {},
   maxdelivery: { MaxDeliveryCount: 2 },
+  dlqfirst: {},
 });
 
 test("the dead-letter subqueue can be peeked, received, abandoned and completed", async () => {
@@ -58,5 +59,20 @@ test("a message delivered MaxDeliveryCount times is dead-lettered with MaxDelive
   assert.equal(d.body, "poison");
   assert.equal(d.deadLetterReason, "MaxDeliveryCountExceeded");
   assert.equal(typeof d.deadLetterErrorDescription, "string");
+  await dlq.completeMessage(d);
+});
+
+test("the dead-letter subqueue can be received from as the first operation on a new connection", async () => {
+  const seed = broker.client();
+  await seed.createSender("dlqfirst").sendMessages({ body: "dead", messageId: "dlqfirst-1" });
+  const receiver = seed.createReceiver("dlqfirst");
+  const [m] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 10_000 });
+  await receiver.deadLetterMessage(m, { deadLetterReason: "seeded" });
+
+  // The SDK puts a token for "dlqfirst/$DeadLetterQueue" only.
+  const client = broker.client();
+  const dlq = client.createReceiver("dlqfirst", { subQueueType: "deadLetter" });
+  const [d] = await dlq.receiveMessages(1, { maxWaitTimeInMs: 10_000 });
+  assert.equal(d?.messageId, "dlqfirst-1");
   await dlq.completeMessage(d);
 });

@@ -81,6 +81,13 @@ function canConnect(port) {
   });
 }
 
+// Brokers still running when the test process exits (a test runner timeout,
+// an uncaught error) are killed rather than left behind.
+const live = new Set();
+process.once("exit", () => {
+  for (const proc of live) proc.kill("SIGKILL");
+});
+
 // Broker is one walbus process (restartable on the same port and data dir).
 export class Broker {
   constructor(queues) {
@@ -111,9 +118,12 @@ export class Broker {
     const args = ["serve", "--data", this.dataDir, "--amqp", `127.0.0.1:${this.port}`, "--config", this.configPath, "--http="];
     const proc = spawn(walbusBinary(), args, { stdio: ["ignore", log, log] });
     this.proc = proc;
+    live.add(proc);
     let exited = null;
     proc.once("exit", (code, signal) => {
       exited = { code, signal };
+      live.delete(proc);
+      log.end();
     });
     const deadline = Date.now() + 30_000;
     while (!(await canConnect(this.port))) {
@@ -184,7 +194,7 @@ export class Broker {
   // connectionsOpened counts the AMQP connections the broker has accepted
   // (it logs "connection opened" for each).
   connectionsOpened() {
-    return this.log().split("\n").filter((l) => l.includes('msg="connection opened"')).length;
+    return this.log().split("\n").filter((l) => l.includes("connection opened")).length;
   }
 
   async close() {

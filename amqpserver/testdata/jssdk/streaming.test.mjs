@@ -7,7 +7,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { brokerSuite, waitFor } from "./harness.mjs";
 
 const { broker, test } = brokerSuite({
-  drain: {},
+  drainrad: {},
+  drainlock: {},
   subscribe: {},
 });
 
@@ -16,49 +17,55 @@ const { broker, test } = brokerSuite({
 // the SDK kept its link, since a re-attach happens on the same connection.
 const receiverLink = (receiver) => receiver._batchingReceiver?.link;
 
-test("consecutive receiveMessages calls drain the link and keep it open", async () => {
-  const connectionsBefore = broker.connectionsOpened();
-  const client = broker.client();
-  const sender = client.createSender("drain");
-  const receiver = client.createReceiver("drain", { receiveMode: "receiveAndDelete" });
+for (const receiveMode of ["receiveAndDelete", "peekLock"]) {
+  test(`consecutive receiveMessages calls drain the link and keep it open (${receiveMode})`, async () => {
+    const queue = receiveMode === "peekLock" ? "drainlock" : "drainrad";
+    const connectionsBefore = broker.connectionsOpened();
+    const client = broker.client();
+    const sender = client.createSender(queue);
+    const receiver = client.createReceiver(queue, { receiveMode });
 
-  // First call: creates the link.
-  await sender.sendMessages([{ body: 0 }, { body: 1 }, { body: 2 }]);
-  const received = [];
-  received.push(...(await receiver.receiveMessages(10, { maxWaitTimeInMs: 5_000 })));
-  const link = receiverLink(receiver);
-  assert.ok(link, "the receiver has a link");
-  let drained = 0;
-  link.on("receiver_drained", () => drained++);
+    // First call: creates the link.
+    await sender.sendMessages([{ body: 0 }, { body: 1 }, { body: 2 }]);
+    const received = [];
+    received.push(...(await receiver.receiveMessages(10, { maxWaitTimeInMs: 5_000 })));
+    assert.equal(received.length, 3, "first call got the three messages");
+    if (receiveMode === "peekLock") for (const m of received) await receiver.completeMessage(m);
+    const link = receiverLink(receiver);
+    assert.ok(link, "the receiver has a link");
+    let drained = 0;
+    link.on("receiver_drained", () => drained++);
 
-  let next = 3;
-  for (let round = 0; round < 10; round++) {
-    const drainedBefore = drained;
-    if (round % 2 === 0) {
-      // Messages sent while the link has no credit wait for the next call.
-      const batch = [next, next + 1];
-      next += 2;
-      await sender.sendMessages(batch.map((body) => ({ body })));
-      const got = [];
-      while (got.length < batch.length) {
-        const page = await receiver.receiveMessages(10, { maxWaitTimeInMs: 5_000 });
-        if (page.length === 0) break;
-        got.push(...page);
+    let next = 3;
+    for (let round = 0; round < 10; round++) {
+      const drainedBefore = drained;
+      if (round % 2 === 0) {
+        // Messages sent while the link has no credit wait for the next call.
+        const batch = [next, next + 1];
+        next += 2;
+        await sender.sendMessages(batch.map((body) => ({ body })));
+        const got = [];
+        while (got.length < batch.length) {
+          const page = await receiver.receiveMessages(10, { maxWaitTimeInMs: 5_000 });
+          if (page.length === 0) break;
+          got.push(...page);
+        }
+        received.push(...got);
+        if (receiveMode === "peekLock") for (const m of got) await receiver.completeMessage(m);
+      } else {
+        // An empty call: the drain is answered with no messages.
+        assert.deepEqual(await receiver.receiveMessages(5, { maxWaitTimeInMs: 300 }), [], `round ${round}: nothing to receive`);
       }
-      received.push(...got);
-    } else {
-      // An empty call: the drain is answered with no messages.
-      assert.deepEqual(await receiver.receiveMessages(5, { maxWaitTimeInMs: 300 }), [], `round ${round}: nothing to receive`);
+      assert.ok(drained > drainedBefore, `round ${round}: the broker answered the drain`);
+      assert.strictEqual(receiverLink(receiver), link, `round ${round}: the SDK kept the same link`);
+      assert.ok(link.isOpen(), `round ${round}: the link is open`);
+      assert.equal(link.credit, 0, `round ${round}: no credit left after the drain`);
     }
-    assert.ok(drained > drainedBefore, `round ${round}: the broker answered the drain`);
-    assert.strictEqual(receiverLink(receiver), link, `round ${round}: the SDK kept the same link`);
-    assert.ok(link.isOpen(), `round ${round}: the link is open`);
-    assert.equal(link.credit, 0, `round ${round}: no credit left after the drain`);
-  }
-  assert.deepEqual(received.map((m) => m.body), Array.from({ length: next }, (_, i) => i), "every message once, in order");
-  assert.equal(broker.connectionsOpened() - connectionsBefore, 1, "one connection: no reconnect");
-  await client.close();
-});
+    assert.deepEqual(received.map((m) => m.body), Array.from({ length: next }, (_, i) => i), "every message once, in order");
+    assert.equal(broker.connectionsOpened() - connectionsBefore, 1, "one connection: no reconnect");
+    await client.close();
+  });
+}
 
 test("subscribe processes a steady stream of 200 messages exactly once", async () => {
   const connectionsBefore = broker.connectionsOpened();
