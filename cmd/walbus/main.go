@@ -30,6 +30,8 @@ func run(args []string) int {
 		return benchCmd(args[1:])
 	case "compact":
 		return compactCmd(args[1:])
+	case "replay", "audit", "state", "verify", "dump":
+		return toolsCmd(args[0], args[1:])
 	case "help", "-h", "--help":
 		usage()
 		return 0

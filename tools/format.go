@@ -1,0 +1,311 @@
+package tools
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/walbus/walbus/log"
+)
+
+// EventRecord is one event as replay prints it in JSON: the envelope and the
+// fields its type uses, with times in RFC 3339.
+type EventRecord struct {
+	Log       string `json:"log"` // entity name, or $namespace
+	Index     uint64 `json:"index"`
+	Time      string `json:"time"`
+	Type      string `json:"type"`
+	Continued bool   `json:"continued,omitempty"` // the record's atomic group goes on in the next one
+
+	Queue        string `json:"queue,omitempty"` // main or dlq
+	Seq          uint64 `json:"seq,omitempty"`   // the message the event is about
+	From         uint64 `json:"from,omitempty"`  // activated: the scheduled message's SequenceNumber
+	MessageID    string `json:"message_id,omitempty"`
+	SessionID    string `json:"session_id,omitempty"`
+	Size         *int   `json:"size,omitempty"` // of the message as sent
+	Receiver     string `json:"receiver,omitempty"`
+	LockToken    string `json:"lock_token,omitempty"`
+	LockedUntil  string `json:"locked_until,omitempty"`
+	ScheduledFor string `json:"scheduled_for,omitempty"`
+	Expires      string `json:"expires,omitempty"`
+	TTL          string `json:"ttl,omitempty"` // a scheduled message's time to live from activation
+	// Deliveries is the message's count of failed delivery attempts after
+	// the event (the AMQP header's delivery-count), when it can be derived.
+	Deliveries  *int            `json:"deliveries,omitempty"`
+	Reason      string          `json:"reason,omitempty"`
+	Description string          `json:"description,omitempty"`
+	PropsSize   int             `json:"props_size,omitempty"` // encoded application properties the event sets
+	StateSize   *int            `json:"state_size,omitempty"` // session state
+	Name        string          `json:"name,omitempty"`       // entity events
+	Spec        json.RawMessage `json:"spec,omitempty"`       // entity events: the recorded definition
+	Body        *BodyPreview    `json:"body,omitempty"`
+}
+
+// BodyPreview is the start of a message as the client sent it (the bare
+// AMQP message), as text when it is printable UTF-8, else as hex.
+type BodyPreview struct {
+	Encoding  string `json:"encoding"` // "utf-8" or "hex"
+	Data      string `json:"data"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// DefaultBodyMax is how many bytes of a body a preview shows by default.
+const DefaultBodyMax = 64
+
+// previewBody renders up to max bytes of b.
+func previewBody(b []byte, max int) BodyPreview {
+	if max <= 0 {
+		max = DefaultBodyMax
+	}
+	cut := b[:min(len(b), max)]
+	p := BodyPreview{Truncated: len(cut) < len(b)}
+	text := cut
+	// A cut can split a character; its leading bytes are not damage.
+	for k := 0; k < utf8.UTFMax-1 && p.Truncated && len(text) > 0 && !utf8.Valid(text); k++ {
+		text = text[:len(text)-1]
+	}
+	if utf8.Valid(text) && printable(string(text)) {
+		p.Encoding, p.Data = "utf-8", string(text)
+		p.Truncated = len(text) < len(b)
+		return p
+	}
+	p.Encoding, p.Data = "hex", hex.EncodeToString(cut)
+	return p
+}
+
+func printable(s string) bool {
+	for _, r := range s {
+		if !unicode.IsPrint(r) && r != '\n' && r != '\t' && r != '\r' {
+			return false
+		}
+	}
+	return true
+}
+
+func (p BodyPreview) text(size int) string {
+	s := strconv.Quote(p.Data)
+	if p.Encoding == "hex" {
+		s = "hex:" + p.Data
+	}
+	if p.Truncated {
+		s += fmt.Sprintf("...(%d bytes)", size)
+	}
+	return s
+}
+
+// FormatToken renders a lock token as a GUID, the way the SDKs print it.
+func FormatToken(t log.LockToken) string {
+	h := hex.EncodeToString(t[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// eventContext is what a rendering knows beyond the event itself.
+type eventContext struct {
+	label      string
+	deliveries int // -1: not derivable
+	bodies     bool
+	bodyMax    int
+}
+
+func rfc3339(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
+
+// seqOf is the message an event is about: its own index for the events that
+// create a message.
+func seqOf(ev *log.Event) uint64 {
+	switch ev.Type {
+	case log.Enqueued, log.Scheduled, log.Activated:
+		return ev.Index
+	case log.EntityCreated, log.EntityUpdated, log.EntityDeleted,
+		log.SessionLocked, log.SessionLockRenewed, log.SessionUnlocked, log.SessionStateSet:
+		return 0
+	}
+	return ev.Seq
+}
+
+func isNamespaceType(t log.Type) bool {
+	return t == log.EntityCreated || t == log.EntityUpdated || t == log.EntityDeleted
+}
+
+func hasMessage(t log.Type) bool {
+	return t == log.Enqueued || t == log.Scheduled || t == log.Activated
+}
+
+// eventRecord builds the JSON form of ev.
+func eventRecord(ev *log.Event, c eventContext) EventRecord {
+	r := EventRecord{Log: c.label, Index: ev.Index, Time: rfc3339(ev.Time), Type: ev.Type.String(),
+		Continued: ev.Flags&log.FlagContinued != 0, Seq: seqOf(ev),
+		MessageID: ev.MessageID, SessionID: ev.SessionID, Receiver: ev.Receiver,
+		Reason: ev.Reason, Description: ev.Description, Name: ev.Name}
+	if !isNamespaceType(ev.Type) {
+		r.Queue = QueueName(ev.Queue)
+	}
+	if c.deliveries >= 0 && r.Seq != 0 {
+		r.Deliveries = &c.deliveries
+	}
+	switch ev.Type {
+	case log.EntityCreated, log.EntityUpdated:
+		if json.Valid(ev.Props) {
+			r.Spec = json.RawMessage(append([]byte(nil), ev.Props...))
+		}
+	case log.Enqueued, log.Activated:
+		if ev.Until != 0 {
+			r.Expires = rfc3339(ev.Until)
+		}
+	case log.Scheduled:
+		r.ScheduledFor = rfc3339(ev.Until)
+		if ev.TTL != 0 {
+			r.TTL = time.Duration(ev.TTL).String()
+		}
+	case log.Locked, log.LockRenewed, log.SessionLocked, log.SessionLockRenewed:
+		r.LockedUntil = rfc3339(ev.Until)
+	case log.SessionStateSet:
+		n := len(ev.State)
+		r.StateSize = &n
+	}
+	if ev.Type == log.Activated {
+		r.From = ev.Seq
+	}
+	if ev.Type == log.Locked {
+		r.LockToken = FormatToken(ev.Token)
+	}
+	if !isNamespaceType(ev.Type) {
+		r.PropsSize = len(ev.Props)
+	}
+	if hasMessage(ev.Type) {
+		n := len(ev.Message)
+		r.Size = &n
+		if c.bodies {
+			p := previewBody(ev.Message, c.bodyMax)
+			r.Body = &p
+		}
+	}
+	return r
+}
+
+// eventDetails renders the fields of ev for people: key=value pairs, times
+// relative to the event's own time.
+func eventDetails(ev *log.Event, c eventContext) string {
+	var b strings.Builder
+	add := func(key, val string) {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(key)
+		b.WriteByte('=')
+		b.WriteString(val)
+	}
+	rel := func(at int64) string { return relative(at, ev.Time) }
+	switch ev.Type {
+	case log.EntityCreated, log.EntityUpdated, log.EntityDeleted:
+		add("name", quoteIfNeeded(ev.Name))
+		if ev.Type != log.EntityDeleted {
+			add("spec", string(ev.Props))
+		}
+		return b.String()
+	case log.Activated:
+		add("from", strconv.FormatUint(ev.Seq, 10))
+	}
+	if hasMessage(ev.Type) {
+		if ev.MessageID != "" {
+			add("id", quoteIfNeeded(ev.MessageID))
+		}
+		if ev.SessionID != "" {
+			add("session", quoteIfNeeded(ev.SessionID))
+		}
+		add("size", strconv.Itoa(len(ev.Message)))
+	}
+	switch ev.Type {
+	case log.Enqueued, log.Activated:
+		if ev.Until != 0 {
+			add("expires", rel(ev.Until))
+		}
+	case log.Scheduled:
+		add("at", rel(ev.Until))
+		if ev.TTL != 0 {
+			add("ttl", time.Duration(ev.TTL).String())
+		}
+	case log.Locked:
+		add("receiver", quoteIfNeeded(ev.Receiver))
+		add("until", rel(ev.Until))
+		add("token", FormatToken(ev.Token))
+	case log.LockRenewed:
+		add("until", rel(ev.Until))
+	case log.DeadLettered:
+		add("reason", quoteIfNeeded(ev.Reason))
+		if ev.Description != "" {
+			add("description", quoteIfNeeded(ev.Description))
+		}
+	case log.ReceivedAndDeleted:
+		add("receiver", quoteIfNeeded(ev.Receiver))
+	case log.SessionLocked:
+		add("session", quoteIfNeeded(ev.SessionID))
+		add("receiver", quoteIfNeeded(ev.Receiver))
+		add("until", rel(ev.Until))
+	case log.SessionLockRenewed:
+		add("session", quoteIfNeeded(ev.SessionID))
+		add("until", rel(ev.Until))
+	case log.SessionUnlocked:
+		add("session", quoteIfNeeded(ev.SessionID))
+	case log.SessionStateSet:
+		add("session", quoteIfNeeded(ev.SessionID))
+		add("state", fmt.Sprintf("%dB", len(ev.State)))
+	}
+	if len(ev.Props) > 0 {
+		add("props", fmt.Sprintf("%dB", len(ev.Props)))
+	}
+	if c.deliveries >= 0 && seqOf(ev) != 0 {
+		add("deliveries", strconv.Itoa(c.deliveries))
+	}
+	if c.bodies && hasMessage(ev.Type) {
+		add("body", previewBody(ev.Message, c.bodyMax).text(len(ev.Message)))
+	}
+	return b.String()
+}
+
+// relative renders the time at as an offset from the time base ("+1m0s"),
+// or "never" for 0.
+func relative(at, base int64) string {
+	if at == 0 {
+		return "never"
+	}
+	d := time.Duration(at - base)
+	if d < 0 {
+		return d.String()
+	}
+	return "+" + d.String()
+}
+
+// quoteIfNeeded leaves a plain word as it is and quotes anything else, so a
+// key=value list stays unambiguous.
+func quoteIfNeeded(s string) string {
+	if s == "" {
+		return `""`
+	}
+	for _, r := range s {
+		if r <= ' ' || r == '"' || r == '=' || r == '\\' || r >= utf8.RuneSelf && !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// textHeader and textLine lay out replay's table: fixed columns, then the
+// details.
+const textHeader = "INDEX     TIME                      TYPE                  QUEUE  SEQ       DETAILS"
+
+func textLine(ev *log.Event, c eventContext) string {
+	queue, seq := "-", "-"
+	if !isNamespaceType(ev.Type) {
+		queue = QueueName(ev.Queue)
+	}
+	if s := seqOf(ev); s != 0 {
+		seq = strconv.FormatUint(s, 10)
+	}
+	line := fmt.Sprintf("%-9d %-25s %-21s %-6s %-9s %s", ev.Index, formatTime(ev.Time), ev.Type, queue, seq, eventDetails(ev, c))
+	return strings.TrimRight(line, " ")
+}
