@@ -21,6 +21,9 @@ const (
 	annEnqueuedTime   = "x-opt-enqueued-time"
 	annLockedUntil    = "x-opt-locked-until"
 	annMessageState   = "x-opt-message-state"
+	// The entity a message was dead-lettered in, on messages auto-forwarded
+	// from its dead-letter queue.
+	annDeadLetterSource = "x-opt-deadletter-source"
 )
 
 // Application properties the broker sets on dead-lettered messages.
@@ -150,6 +153,12 @@ func outbound(dst []byte, d *broker.Delivery) ([]byte, error) {
 		del.Annotations = append(del.Annotations,
 			message.Annotation{Key: annLockedUntil, Value: message.TimestampValue(timestamp(d.LockedUntil))})
 	}
+	for _, ov := range d.Overlays {
+		if ov.Type == log.Forwarded {
+			del.Annotations = append(del.Annotations, message.Annotation{Key: annDeadLetterSource, Value: message.StringValue(ov.Source)})
+			break
+		}
+	}
 	switch {
 	case d.State == index.Scheduled:
 		del.Annotations = append(del.Annotations, message.Annotation{Key: annMessageState, Value: message.IntValue(stateScheduled)})
@@ -175,31 +184,31 @@ func overlayProperties(overlays []broker.Overlay) ([]message.Property, error) {
 		set = append(set, message.Property{Key: key, Value: value})
 	}
 	for _, ov := range overlays {
-		if ov.Type == log.DeadLettered {
+		if ov.Type == log.DeadLettered || ov.Type == log.Forwarded {
 			put(propDeadLetterReason, ov.Reason)
 			put(propDeadLetterDescription, ov.Description)
 		}
-		if len(ov.Props) == 0 {
-			continue
-		}
-		r := encoding.NewReader(ov.Props)
-		v, err := r.ReadAny(encoding.DefaultLimits)
-		if err != nil {
-			return nil, fmt.Errorf("recorded properties: %w", err)
-		}
-		m, ok := v.(encoding.Map)
-		if !ok {
-			return nil, fmt.Errorf("recorded properties are a %T, not a map", v)
-		}
-		for _, e := range m {
-			key, ok := e.Key.(string)
-			if !ok {
-				if sym, isSym := e.Key.(encoding.Symbol); isSym {
-					key, ok = string(sym), true
-				}
+		// One map per overlay; a forwarded message carries those of the
+		// overlays it had where it came from, one after another.
+		for r := encoding.NewReader(ov.Props); r.Len() > 0; {
+			v, err := r.ReadAny(encoding.DefaultLimits)
+			if err != nil {
+				return nil, fmt.Errorf("recorded properties: %w", err)
 			}
-			if ok {
-				put(key, e.Value)
+			m, ok := v.(encoding.Map)
+			if !ok {
+				return nil, fmt.Errorf("recorded properties are a %T, not a map", v)
+			}
+			for _, e := range m {
+				key, ok := e.Key.(string)
+				if !ok {
+					if sym, isSym := e.Key.(encoding.Symbol); isSym {
+						key, ok = string(sym), true
+					}
+				}
+				if ok {
+					put(key, e.Value)
+				}
 			}
 		}
 	}

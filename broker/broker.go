@@ -192,6 +192,11 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		b.logger.Info("entity recovered", "entity", er.Name, "snapshot", er.Snapshot, "replayed", er.Replayed,
 			"took", er.Took, "tail_repair", er.Repair.String())
 	}
+	// Work that was under way at the crash or shutdown (a dead-letter
+	// forward) resumes once every entity is open: wake each actor.
+	for _, e := range b.entities {
+		e.post(func(*Entity) {})
+	}
 	rec.Took = time.Since(start)
 	return b, rec, nil
 }
@@ -350,6 +355,9 @@ func (b *Broker) CreateQueue(name string, cfg projection.Config) (*Entity, error
 	if _, ok := b.entities[strings.ToLower(name)]; ok {
 		return nil, fmt.Errorf("%w: %s", ErrEntityExists, name)
 	}
+	if err := b.checkForwarding(name, cfg); err != nil {
+		return nil, err
+	}
 	spec, _ := json.Marshal(entitySpec{Kind: "queue", Config: cfg})
 	id, err := b.appendNamespace(log.Event{Type: log.EntityCreated, Name: name, Props: spec})
 	if err != nil {
@@ -374,6 +382,9 @@ func (b *Broker) UpdateQueue(name string, cfg projection.Config) error {
 	e, ok := b.entities[strings.ToLower(name)]
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrEntityNotFound, name)
+	}
+	if err := b.checkForwarding(name, cfg); err != nil {
+		return err
 	}
 	// The entity's log decides first (it refuses changes Service Bus
 	// forbids); the namespace log follows.

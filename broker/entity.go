@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/walbus/walbus/log"
@@ -50,7 +51,12 @@ type Entity struct {
 
 	snap     snapshotState
 	stats    stats
+	fwd      forwardState
 	archives []*log.Archive // records compaction moved out of the log, newest first
+
+	// cfg is the entity's config as of its last applied change, for
+	// readers outside the actor (send routing).
+	cfg atomic.Pointer[projection.Config]
 
 	closeOnce sync.Once
 }
@@ -151,6 +157,7 @@ func (e *Entity) settleDown() {
 		e.cache.evict(e.durable)
 		e.retryWaiters()
 		e.dispatch()
+		e.forward()
 		e.armTimer()
 		e.maybeSnapshot()
 	}
@@ -207,6 +214,10 @@ func (e *Entity) commit(evs []log.Event, done func(error)) error {
 		}
 		e.trackCache(ev)
 		e.stats.count(ev)
+		if ev.Type == log.EntityCreated || ev.Type == log.EntityUpdated {
+			cfg := e.st.Config()
+			e.cfg.Store(&cfg)
+		}
 	}
 	e.snap.sinceLast += len(evs)
 	return nil
@@ -216,7 +227,7 @@ func (e *Entity) commit(evs []log.Event, done func(error)) error {
 // messages that are gone.
 func (e *Entity) trackCache(ev *log.Event) {
 	switch ev.Type {
-	case log.Enqueued, log.Scheduled, log.Activated:
+	case log.Enqueued, log.Scheduled, log.Activated, log.Forwarded:
 		e.cache.add(*ev)
 		if ev.Type == log.Activated {
 			e.cache.remove(ev.Seq)

@@ -14,6 +14,10 @@ import (
 // Send takes ownership of the messages' Body slices. done runs on a broker
 // goroutine and must not block.
 func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error)) {
+	if t := e.forwardTarget(queue); t != e {
+		t.Send(queue, msgs, done)
+		return
+	}
 	err := e.post(func(e *Entity) {
 		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs})
 		if err != nil {
@@ -35,6 +39,10 @@ func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error))
 // stored (scheduled or, if due already, enqueued), in order. Duplicates
 // dropped by duplicate detection have none.
 func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]uint64, error)) {
+	if t := e.forwardTarget(queue); t != e {
+		t.Schedule(queue, msgs, done)
+		return
+	}
 	err := e.post(func(e *Entity) {
 		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs})
 		if err != nil {
@@ -61,6 +69,10 @@ func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]u
 // Cancel withdraws scheduled messages; numbers no longer scheduled are
 // ignored. done runs once the cancellation is durable.
 func (e *Entity) Cancel(queue uint32, seqs []uint64, done func(error)) {
+	if t := e.forwardTarget(queue); t != e {
+		t.Cancel(queue, seqs, done)
+		return
+	}
 	e.do(done, func(e *Entity) ([]log.Event, error) {
 		return e.decide(projection.Cancel{Queue: queue, Seqs: seqs})
 	})

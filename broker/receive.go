@@ -47,7 +47,8 @@ type Overlay struct {
 	Type        log.Type
 	Reason      string // dead-letter reason
 	Description string // dead-letter error description
-	Props       []byte // encoded AMQP map of properties to set
+	Props       []byte // encoded AMQP maps of properties to set, one after another
+	Source      string // for Forwarded: the entity whose dead-letter queue it came from
 }
 
 // ReceiverOptions configure a receiver.
@@ -377,7 +378,11 @@ func (e *Entity) delivery(q uint32, seq uint64) (Delivery, error) {
 		if err != nil {
 			return Delivery{}, fmt.Errorf("read overlay %d of message %d: %w", ref.Index, seq, err)
 		}
-		d.Overlays = append(d.Overlays, Overlay{Type: ov.Type, Reason: ov.Reason, Description: ov.Description, Props: ov.Props})
+		o := Overlay{Type: ov.Type, Reason: ov.Reason, Description: ov.Description, Props: ov.Props}
+		if ov.Type == log.Forwarded {
+			o.Source = ov.Name
+		}
+		d.Overlays = append(d.Overlays, o)
 	}
 	return d, nil
 }

@@ -48,6 +48,9 @@ func (e *Entity) load(rec *EntityRecovery) error {
 	e.closeArchives()
 	e.archives = archives
 	e.log, e.st = l, st
+	cfg := st.Config()
+	e.cfg.Store(&cfg)
+	e.fwd = forwardState{}
 	e.durable = l.DurableIndex()
 	e.snap.bytesAt = l.Bytes()
 	return nil

@@ -18,7 +18,7 @@ type stats struct {
 
 // Stats are an entity's counters since it was opened.
 type Stats struct {
-	Sent        uint64 // messages stored (enqueued or scheduled)
+	Sent        uint64 // messages stored (enqueued or scheduled, or forwarded here)
 	Delivered   uint64 // messages handed out (locked or received and deleted)
 	Completed   uint64
 	Abandoned   uint64
@@ -35,7 +35,7 @@ type Stats struct {
 
 func (s *stats) count(ev *log.Event) {
 	switch ev.Type {
-	case log.Enqueued, log.Scheduled:
+	case log.Enqueued, log.Scheduled, log.Forwarded:
 		s.sent.Add(1)
 	case log.Locked, log.ReceivedAndDeleted:
 		s.delivered.Add(1)

@@ -52,6 +52,7 @@ const (
 	fProps
 	fMessage
 	fState
+	fSource
 )
 
 var layouts = map[Type][]field{
@@ -63,6 +64,8 @@ var layouts = map[Type][]field{
 	Scheduled:         {fQueue, fUntil, fTTL, fMessageID, fSessionID, fMessage},
 	ScheduleCancelled: {fQueue, fSeq},
 	Activated:         {fQueue, fSeq, fUntil, fMessageID, fSessionID, fMessage},
+	Forwarded: {fQueue, fUntil, fMessageID, fSessionID, fName, fSource, fSeq, fReason, fDescription, fProps,
+		fMessage},
 
 	Locked:      {fQueue, fSeq, fToken, fUntil, fReceiver},
 	LockRenewed: {fQueue, fSeq, fUntil},
@@ -103,6 +106,8 @@ func RecordSize(e *Event) int {
 			n += uvarintLen(uint64(e.Queue))
 		case fSeq:
 			n += uvarintLen(e.Seq)
+		case fSource:
+			n += uvarintLen(e.Source)
 		case fToken:
 			n += len(e.Token)
 		case fUntil:
@@ -124,6 +129,8 @@ func appendPayload(dst []byte, e *Event) []byte {
 			dst = binary.AppendUvarint(dst, uint64(e.Queue))
 		case fSeq:
 			dst = binary.AppendUvarint(dst, e.Seq)
+		case fSource:
+			dst = binary.AppendUvarint(dst, e.Source)
 		case fToken:
 			dst = append(dst, e.Token[:]...)
 		case fUntil:
@@ -225,6 +232,8 @@ func readField(r *Reader, e *Event, f field) {
 		e.Queue = r.Uint32()
 	case fSeq:
 		e.Seq = r.Uvarint()
+	case fSource:
+		e.Source = r.Uvarint()
 	case fToken:
 		copy(e.Token[:], r.Fixed(len(e.Token)))
 	case fUntil:

@@ -25,6 +25,11 @@ const (
 	Scheduled         Type = 11 // a message waits for its activation time; its index is its SequenceNumber
 	ScheduleCancelled Type = 12 // a scheduled message was withdrawn before activation
 	Activated         Type = 13 // a scheduled message went live with a new SequenceNumber (this index)
+	// Forwarded: a message arrived from another entity's dead-letter queue
+	// by auto-forwarding; its index is its SequenceNumber here. It carries
+	// where it came from (Name, Source, Seq) and how it was dead-lettered
+	// there (Reason, Description, Props), and is its own overlay.
+	Forwarded Type = 14
 
 	Locked      Type = 20 // a message was locked for a receiver (peek-lock)
 	LockRenewed Type = 21 // the lock's owner extended it
@@ -82,7 +87,8 @@ type Event struct {
 	Receiver    string // which receiver link took a lock or a message
 	Reason      string // dead-letter reason
 	Description string // dead-letter error description
-	Name        string // entity name (namespace events)
+	Name        string // entity name (namespace events; the source of a Forwarded message)
+	Source      uint64 // the id of the entity a Forwarded message came from
 	Props       []byte // encoded AMQP map of properties to modify, or entity properties
 	Message     []byte // the bare AMQP message exactly as the client sent it
 	State       []byte // session state
@@ -101,7 +107,8 @@ const FlagContinued uint8 = 1
 var typeNames = map[Type]string{
 	EntityCreated: "entity-created", EntityUpdated: "entity-updated", EntityDeleted: "entity-deleted",
 	Enqueued: "enqueued", Scheduled: "scheduled", ScheduleCancelled: "schedule-cancelled", Activated: "activated",
-	Locked: "locked", LockRenewed: "lock-renewed", LockExpired: "lock-expired",
+	Forwarded: "forwarded",
+	Locked:    "locked", LockRenewed: "lock-renewed", LockExpired: "lock-expired",
 	Completed: "completed", Abandoned: "abandoned", Released: "released", Deferred: "deferred",
 	DeadLettered: "dead-lettered", Expired: "expired", ReceivedAndDeleted: "received-and-deleted",
 	SessionLocked: "session-locked", SessionLockRenewed: "session-lock-renewed",

@@ -48,6 +48,13 @@ func (e *Entity) applyQueue(q *Queue, ev *log.Event) error {
 		e.enqueue(q, ev.Index, ev.Pos, ev.SessionID, ev.Until)
 		e.remember(ev.MessageID, ev.Time)
 		return nil
+	case log.Forwarded:
+		e.enqueue(q, ev.Index, ev.Pos, ev.SessionID, ev.Until)
+		// The record is also the message's first overlay: how it was
+		// dead-lettered where it came from.
+		q.overlays[ev.Index] = []Ref{{Index: ev.Index, Pos: ev.Pos}}
+		e.forwarded[ev.Source] = ev.Seq
+		return nil
 	case log.Scheduled:
 		q.add(ev.Index, index.Meta{Pos: ev.Pos, State: index.Scheduled}, ev.SessionID)
 		q.scheduleTimers.Push(ev.Until, ev.Index)

@@ -25,6 +25,23 @@ type Configure struct {
 type Send struct {
 	Queue    uint32
 	Messages []Message
+	// Forward, if set, makes this the arrival of one message auto-forwarded
+	// from another entity's dead-letter queue.
+	Forward *Forward
+}
+
+// Forward describes a message auto-forwarded from the dead-letter queue of
+// another entity (its ForwardDeadLetteredMessagesTo). The source forwards
+// one message at a time and removes it only once the arrival is durable,
+// so after a crash it may send the same message again; (Source, Seq) of
+// the last arrival per source is remembered and a repeat is dropped.
+type Forward struct {
+	Source      uint64 // the source entity's id
+	SourceName  string // its name: the message's dead-letter source
+	Seq         uint64 // the message's SequenceNumber there
+	Reason      string // its dead-letter reason and description there
+	Description string
+	Props       []byte // the property maps its overlays there set, concatenated, oldest first
 }
 
 // Message is one message to send, with the fields the broker acts on
@@ -277,6 +294,24 @@ func (d *decision) send(c Send) error {
 		return fmt.Errorf("%w: messages cannot be sent to a dead-letter queue", ErrNotAllowed)
 	}
 	cfg := d.e.cfg
+	if f := c.Forward; f != nil {
+		if len(c.Messages) != 1 {
+			return fmt.Errorf("%w: a forward carries one message, not %d", ErrInvalid, len(c.Messages))
+		}
+		m := c.Messages[0]
+		switch {
+		case d.e.forwarded[f.Source] == f.Seq:
+			return nil // arrived before: the source is repeating it after a crash
+		case len(m.Body) > cfg.MaxMessageSize:
+			return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(m.Body), cfg.MaxMessageSize)
+		case q.sessions != nil && m.SessionID == "":
+			return ErrSessionIDRequired
+		}
+		d.emit(log.Event{Type: log.Forwarded, Queue: c.Queue, Until: d.expiry(m.TTL), MessageID: m.MessageID,
+			SessionID: m.SessionID, Name: f.SourceName, Source: f.Source, Seq: f.Seq, Reason: f.Reason,
+			Description: f.Description, Props: f.Props, Message: m.Body})
+		return nil
+	}
 	var batchIDs map[string]bool
 	for _, m := range c.Messages {
 		if len(m.Body) > cfg.MaxMessageSize {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
@@ -19,6 +20,7 @@ import (
 //
 //	version, name, created, config (JSON), last index, last time
 //	dedup: count, (id, time)... in acceptance order
+//	forwarded (version 2): count, (source id, seq)... by source id
 //	queues: count, then per queue:
 //	  number, has-sessions
 //	  sessions (if any): next number, free numbers, count, (no, id, owner, locked-until, has-state, state, state-time)...
@@ -27,7 +29,7 @@ import (
 //	  overlays: count, (seq, refs count, (index, offset, size)...)...
 //	  expiries: count, (seq, at)...      live TTL timers
 //	  activations: count, (seq, at)...   live schedule timers
-const encodingVersion = 1
+const encodingVersion = 2
 
 // Encode appends the canonical encoding of e to dst.
 func (e *Entity) Encode(dst []byte) []byte {
@@ -45,6 +47,13 @@ func (e *Entity) Encode(dst []byte) []byte {
 	for i := range ids {
 		dst = log.AppendString(dst, ids[i])
 		dst = binary.AppendVarint(dst, ats[i])
+	}
+
+	sources := slices.Sorted(maps.Keys(e.forwarded))
+	dst = binary.AppendUvarint(dst, uint64(len(sources)))
+	for _, src := range sources {
+		dst = binary.AppendUvarint(dst, src)
+		dst = binary.AppendUvarint(dst, e.forwarded[src])
 	}
 
 	dst = binary.AppendUvarint(dst, uint64(len(e.queues)))
@@ -154,8 +163,9 @@ func appendBool(dst []byte, b bool) []byte {
 // exist). It never panics, whatever the input.
 func Decode(b []byte) (*Entity, error) {
 	r := log.NewReader(b)
-	if v := r.Uvarint(); r.Err() == nil && v != encodingVersion {
-		return nil, fmt.Errorf("state encoding version %d, want %d", v, encodingVersion)
+	v := r.Uvarint()
+	if r.Err() == nil && (v < 1 || v > encodingVersion) {
+		return nil, fmt.Errorf("state encoding version %d, want 1 to %d", v, encodingVersion)
 	}
 	e := New()
 	e.name = r.String()
@@ -178,6 +188,16 @@ func Decode(b []byte) (*Entity, error) {
 		id, at := r.String(), r.Varint()
 		if r.Err() == nil {
 			e.dedup.Add(id, at)
+		}
+	}
+	if v >= 2 {
+		var prev uint64
+		for n := r.Count(2); n > 0 && r.Err() == nil; n-- {
+			src, seq := r.Uvarint(), r.Uvarint()
+			if r.Err() == nil && (src <= prev && prev != 0 || src == 0) {
+				return nil, fmt.Errorf("forwarding sources not ascending at %d", src)
+			}
+			e.forwarded[src], prev = seq, src
 		}
 	}
 

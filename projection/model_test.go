@@ -23,6 +23,7 @@ type model struct {
 	msgs     map[uint64]*mMsg
 	sessions map[string]*mSession
 	dedup    map[string]int64
+	lastFwd  map[uint64]uint64 // source id -> seq of the last forwarded arrival
 	last     uint64
 }
 
@@ -47,7 +48,8 @@ type mSession struct {
 }
 
 func newModel() *model {
-	return &model{msgs: map[uint64]*mMsg{}, sessions: map[string]*mSession{}, dedup: map[string]int64{}}
+	return &model{msgs: map[uint64]*mMsg{}, sessions: map[string]*mSession{}, dedup: map[string]int64{},
+		lastFwd: map[uint64]uint64{}}
 }
 
 func (m *model) session(id string) *mSession {
@@ -103,6 +105,22 @@ func (d *mDecision) run(cmd Command) error {
 	case Send:
 		if c.Queue == log.DeadLetterQueue {
 			return ErrNotAllowed
+		}
+		if f := c.Forward; f != nil {
+			msg := c.Messages[0]
+			if last, ok := m.lastFwd[f.Source]; ok && last == f.Seq {
+				return nil
+			}
+			if len(msg.Body) > m.cfg.MaxMessageSize {
+				return ErrMessageTooLarge
+			}
+			if m.cfg.RequiresSession && msg.SessionID == "" {
+				return ErrSessionIDRequired
+			}
+			d.emit(log.Event{Type: log.Forwarded, Queue: c.Queue, Until: d.expiry(msg.TTL), MessageID: msg.MessageID,
+				SessionID: msg.SessionID, Name: f.SourceName, Source: f.Source, Seq: f.Seq, Reason: f.Reason,
+				Description: f.Description, Props: f.Props, Message: msg.Body})
+			return nil
 		}
 		batch := map[string]bool{}
 		for _, msg := range c.Messages {
@@ -392,11 +410,15 @@ func (m *model) apply(ev *log.Event) {
 	case log.EntityCreated, log.EntityUpdated:
 		m.cfg, _ = DecodeConfig(ev.Props)
 		m.created = true
-	case log.Enqueued, log.Scheduled, log.Activated:
+	case log.Enqueued, log.Scheduled, log.Activated, log.Forwarded:
 		if ev.Type == log.Activated {
 			delete(m.msgs, ev.Seq)
 		}
 		msg := &mMsg{seq: ev.Index, queue: ev.Queue, state: index.Available, expires: ev.Until}
+		if ev.Type == log.Forwarded {
+			msg.overlays = []uint64{ev.Index}
+			m.lastFwd[ev.Source] = ev.Seq
+		}
 		if sessions {
 			msg.session = ev.SessionID
 		}
@@ -404,7 +426,7 @@ func (m *model) apply(ev *log.Event) {
 			msg.state, msg.expires = index.Scheduled, 0
 		}
 		m.msgs[ev.Index] = msg
-		if ev.Type != log.Activated && m.cfg.RequiresDuplicateDetection && ev.MessageID != "" {
+		if (ev.Type == log.Enqueued || ev.Type == log.Scheduled) && m.cfg.RequiresDuplicateDetection && ev.MessageID != "" {
 			m.dedup[ev.MessageID] = ev.Time
 		}
 	case log.ScheduleCancelled, log.Completed, log.Expired, log.ReceivedAndDeleted:
@@ -684,6 +706,13 @@ func (h *history) step() {
 			if r.IntN(40) == 0 {
 				msgs[i].Body = make([]byte, cfg.MaxMessageSize+1)
 			}
+		}
+		if r.IntN(5) == 0 {
+			// An arrival from another entity's dead-letter queue; small
+			// numbers so that repeats (after a source's crash) come up.
+			h.run(Send{Queue: log.MainQueue, Messages: msgs[:1], Forward: &Forward{Source: uint64(1 + r.IntN(2)),
+				SourceName: "src", Seq: uint64(1 + r.IntN(4)), Reason: "r", Props: []byte{0xc1, 1, 0}}})
+			return
 		}
 		h.run(Send{Queue: uint32(r.IntN(8) / 7), Messages: msgs})
 	case 4, 5, 6:

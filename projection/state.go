@@ -11,13 +11,16 @@ import (
 // Entity is the state of one entity log: its config, its queues (the queue
 // itself and its dead-letter subqueue) and the duplicate-detection window.
 type Entity struct {
-	name     string
-	cfg      Config
-	created  bool
-	queues   []*Queue // indexed by queue number
-	dedup    *index.Dedup
-	last     uint64 // index of the last applied event
-	lastTime int64  // its timestamp
+	name    string
+	cfg     Config
+	created bool
+	queues  []*Queue // indexed by queue number
+	dedup   *index.Dedup
+	// forwarded is, per source entity id, the SequenceNumber there of the
+	// last message that arrived from it by dead-letter forwarding.
+	forwarded map[uint64]uint64
+	last      uint64 // index of the last applied event
+	lastTime  int64  // its timestamp
 }
 
 // Queue is one queue of an entity: the sets of messages by state as roaring
@@ -50,7 +53,7 @@ type Ref struct {
 
 // New returns the empty state of an entity log.
 func New() *Entity {
-	e := &Entity{cfg: DefaultConfig(), dedup: index.NewDedup()}
+	e := &Entity{cfg: DefaultConfig(), dedup: index.NewDedup(), forwarded: map[uint64]uint64{}}
 	e.queues = []*Queue{newQueue(log.MainQueue, false), newQueue(log.DeadLetterQueue, false)}
 	return e
 }

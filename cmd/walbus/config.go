@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/walbus/walbus/admin/emuconfig"
 	"github.com/walbus/walbus/broker"
@@ -18,7 +19,11 @@ func applyConfig(b *broker.Broker, path string, logger *slog.Logger) error {
 		return err
 	}
 	for _, ns := range f.Namespaces {
-		for _, q := range ns.Queues {
+		queues, err := forwardTargetsFirst(ns.Queues)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		for _, q := range queues {
 			_, err := b.CreateQueue(q.Name, q.Config())
 			switch {
 			case errors.Is(err, broker.ErrEntityExists):
@@ -32,4 +37,48 @@ func applyConfig(b *broker.Broker, path string, logger *slog.Logger) error {
 		}
 	}
 	return nil
+}
+
+// forwardTargetsFirst orders queues so that each comes after the queues it
+// forwards to (a forwarding target must exist when its source is created),
+// keeping the file's order otherwise. A cycle is an error.
+func forwardTargetsFirst(queues []emuconfig.Queue) ([]emuconfig.Queue, error) {
+	byName := map[string]int{}
+	for i, q := range queues {
+		byName[strings.ToLower(q.Name)] = i
+	}
+	const (
+		unvisited = iota
+		visiting
+		done
+	)
+	state := make([]int, len(queues))
+	out := make([]emuconfig.Queue, 0, len(queues))
+	var visit func(i int) error
+	visit = func(i int) error {
+		switch state[i] {
+		case done:
+			return nil
+		case visiting:
+			return fmt.Errorf("queue %s: forwarding comes back to it", queues[i].Name)
+		}
+		state[i] = visiting
+		cfg := queues[i].Config()
+		for _, target := range []string{cfg.ForwardTo, cfg.ForwardDeadLetteredMessagesTo} {
+			if j, ok := byName[strings.ToLower(target)]; ok && target != "" {
+				if err := visit(j); err != nil {
+					return err
+				}
+			}
+		}
+		state[i] = done
+		out = append(out, queues[i])
+		return nil
+	}
+	for i := range queues {
+		if err := visit(i); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

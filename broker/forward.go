@@ -1,0 +1,226 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/projection"
+)
+
+// Auto-forwarding (Service Bus's ForwardTo and ForwardDeadLetteredMessagesTo).
+//
+// ForwardTo is resolved when a message is sent: a send to an entity that
+// forwards goes to the end of its forwarding chain instead, as one atomic
+// append there, so nothing is ever in flight between two logs. Schedule and
+// cancel follow the same chain, so the SequenceNumbers a schedule returns
+// can be cancelled through the entity the client named.
+//
+// ForwardDeadLetteredMessagesTo moves messages that land in the dead-letter
+// queue. They are dead-lettered in their own log first (the reason is
+// recorded there), then a forwarder moves them one at a time: it locks the
+// oldest available one for the receiver "$forward" (so no client takes it
+// meanwhile), sends it to the target as a Forward, and completes it once
+// the target's append is durable. A crash or failure between those two
+// appends makes the forwarder send the same message again; the target
+// remembers the source's SequenceNumber of the last arrival and drops the
+// repeat, so each message arrives exactly once.
+
+// MaxForwardHops is how many ForwardTo links a chain may have, as in
+// Service Bus.
+const MaxForwardHops = 4
+
+// ForwardReceiver is the lock owner the dead-letter forwarder uses.
+const ForwardReceiver = "$forward"
+
+// ErrForwarding is returned for forwarding settings that cannot work.
+var ErrForwarding = errors.New("invalid forwarding")
+
+// forwardTarget is where a send to e's queue ends up: e itself, or the
+// entity at the end of its ForwardTo chain. A chain that names an entity
+// that no longer exists stops before it, so messages are kept, not lost.
+func (e *Entity) forwardTarget(queue uint32) *Entity {
+	if queue != log.MainQueue {
+		return e
+	}
+	cur := e
+	for range MaxForwardHops {
+		cfg := cur.cfg.Load()
+		if cfg == nil || cfg.ForwardTo == "" {
+			break
+		}
+		next, err := e.b.Entity(cfg.ForwardTo)
+		if err != nil || next == cur {
+			e.logger().Warn("forwarding target missing; keeping the message", "forward_to", cfg.ForwardTo, "at", cur.name)
+			break
+		}
+		cur = next
+	}
+	return cur
+}
+
+// checkForwarding validates the forwarding settings of cfg for entity name
+// against the entities that exist (called with b.mu held): targets exist,
+// are not name itself, and ForwardTo chains stay within MaxForwardHops
+// without coming back.
+func (b *Broker) checkForwarding(name string, cfg projection.Config) error {
+	for _, target := range []string{cfg.ForwardTo, cfg.ForwardDeadLetteredMessagesTo} {
+		if target == "" {
+			continue
+		}
+		if strings.EqualFold(target, name) {
+			return fmt.Errorf("%w: %s cannot forward to itself", ErrForwarding, name)
+		}
+		if _, ok := b.entities[strings.ToLower(target)]; !ok {
+			return fmt.Errorf("%w: %s forwards to %s, which does not exist", ErrForwarding, name, target)
+		}
+	}
+	if cfg.ForwardTo == "" {
+		return nil
+	}
+	seen := map[string]bool{strings.ToLower(name): true}
+	hops, next := 1, cfg.ForwardTo
+	for next != "" {
+		key := strings.ToLower(next)
+		if seen[key] {
+			return fmt.Errorf("%w: forwarding from %s comes back to %s", ErrForwarding, name, next)
+		}
+		seen[key] = true
+		e, ok := b.entities[key]
+		if !ok {
+			break
+		}
+		cfg := e.cfg.Load()
+		if cfg == nil || cfg.ForwardTo == "" {
+			break
+		}
+		if hops++; hops > MaxForwardHops {
+			return fmt.Errorf("%w: forwarding from %s takes more than %d hops", ErrForwarding, name, MaxForwardHops)
+		}
+		next = cfg.ForwardTo
+	}
+	return nil
+}
+
+// forwardState is the dead-letter forwarder's state, owned by the actor.
+type forwardState struct {
+	busy    bool          // a message is on its way to the target
+	resumed bool          // looked for a message held from before a restart
+	seq     uint64        // the message being forwarded
+	token   log.LockToken // and its lock
+	retryAt int64         // unix ns: after a failure, not before this
+	delay   time.Duration // the backoff after the last failure
+}
+
+// forward moves the next dead-lettered message to the entity that
+// ForwardDeadLetteredMessagesTo names, if there is one and nothing is on
+// its way. It runs on the actor after every batch.
+func (e *Entity) forward() {
+	cfg := e.st.Config()
+	f := &e.fwd
+	if e.failed != nil || f.busy || cfg.ForwardDeadLetteredMessagesTo == "" || e.now() < f.retryAt {
+		return
+	}
+	target, err := e.b.Entity(cfg.ForwardDeadLetteredMessagesTo)
+	if err != nil {
+		e.forwardFailed(fmt.Errorf("forward dead-lettered messages to %s: %w", cfg.ForwardDeadLetteredMessagesTo, err))
+		return
+	}
+	seq, token, ok := e.heldForward()
+	if !ok {
+		evs, err := e.decide(projection.Lock{Queue: log.DeadLetterQueue, Receiver: ForwardReceiver, Max: 1,
+			Limit: e.durable, Nonce: e.rng.Uint64()})
+		if err != nil || len(evs) == 0 {
+			return
+		}
+		if err := e.commit(evs, nil); err != nil {
+			return
+		}
+		for _, ev := range evs {
+			if ev.Type == log.Locked {
+				seq, token, ok = ev.Seq, ev.Token, true
+			}
+		}
+		if !ok {
+			return
+		}
+	}
+	d, err := e.delivery(log.DeadLetterQueue, seq)
+	if err != nil {
+		e.forwardFailed(fmt.Errorf("forward dead-lettered message %d: %w", seq, err))
+		return
+	}
+	fw := &projection.Forward{Source: e.id, SourceName: e.name, Seq: seq}
+	for _, ov := range d.Overlays {
+		if ov.Type == log.DeadLettered || ov.Type == log.Forwarded {
+			fw.Reason, fw.Description = ov.Reason, ov.Description
+		}
+		fw.Props = append(fw.Props, ov.Props...)
+	}
+	msg := projection.Message{Body: d.Message, MessageID: d.MessageID, SessionID: d.SessionID}
+	f.busy, f.seq, f.token = true, seq, token
+	target.sendForwarded(msg, fw, func(err error) {
+		// done runs on the target's log writer, which must not block.
+		go e.post(func(e *Entity) { e.forwarded(err) })
+	})
+}
+
+// forwarded finishes a forward: the message is completed here once the
+// target has it, or left for another try.
+func (e *Entity) forwarded(err error) {
+	f := &e.fwd
+	f.busy = false
+	if err != nil {
+		e.forwardFailed(fmt.Errorf("forward dead-lettered message %d: %w", f.seq, err))
+		return
+	}
+	f.delay, f.retryAt = 0, 0
+	evs, err := e.decide(projection.Settle{Queue: log.DeadLetterQueue, Token: f.token, Outcome: projection.Complete})
+	if err != nil {
+		// The lock ran out meanwhile: the message is available again and
+		// the next round sends it again, which the target drops.
+		return
+	}
+	e.commit(evs, nil)
+}
+
+// heldForward finds a dead-lettered message the forwarder locked before
+// (its lock outlived a restart or a failed attempt).
+func (e *Entity) heldForward() (uint64, log.LockToken, bool) {
+	f := &e.fwd
+	q := e.st.Queue(log.DeadLetterQueue)
+	if f.resumed {
+		if lk, ok := q.Lock(f.seq); ok && lk.Token == f.token && lk.Receiver == ForwardReceiver {
+			return f.seq, f.token, true
+		}
+		return 0, log.LockToken{}, false
+	}
+	f.resumed = true
+	for _, seq := range q.Peek(0, 1<<30, ^uint64(0)) {
+		if lk, ok := q.Lock(seq); ok && lk.Receiver == ForwardReceiver {
+			return seq, lk.Token, true
+		}
+	}
+	return 0, log.LockToken{}, false
+}
+
+// forwardFailed logs a failed forward and backs off before the next.
+func (e *Entity) forwardFailed(err error) {
+	f := &e.fwd
+	f.delay = min(max(2*f.delay, firstRetry), maxRetry)
+	f.retryAt = e.now() + int64(f.delay)
+	e.logger().Warn("auto-forwarding failed; will retry", "err", err, "retry_in", f.delay)
+	e.b.clock.AfterFunc(f.delay, func() { e.post(func(*Entity) {}) })
+}
+
+// sendForwarded appends a message forwarded from another entity's
+// dead-letter queue (see projection.Forward) to the main queue, following
+// this entity's own ForwardTo chain; done runs once it is durable.
+func (e *Entity) sendForwarded(msg projection.Message, fw *projection.Forward, done func(error)) {
+	t := e.forwardTarget(log.MainQueue)
+	t.do(done, func(t *Entity) ([]log.Event, error) {
+		return t.decide(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{msg}, Forward: fw})
+	})
+}
