@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -19,6 +20,9 @@ import (
 type AuditOptions struct {
 	Seq       uint64
 	MessageID string
+	// Retained is a directory `walbus compact --retain` wrote history to:
+	// the steps the compactions dropped are read from there.
+	Retained string
 }
 
 // Life is the whole recorded life of one message.
@@ -47,7 +51,9 @@ type Life struct {
 	lockUntil int64
 	receiver  string
 	reason    string
+	gap       bool // history of the message was compacted away
 	stepTimes []int64
+	source    string // of the record being followed
 }
 
 // Step is one event in a message's life.
@@ -60,6 +66,9 @@ type Step struct {
 	Queue         string `json:"queue"`
 	Seq           uint64 `json:"seq"`
 	What          string `json:"what"`
+	// Source is where the record was read: "log", "archive" or
+	// "retained" (see EventRecord.Source).
+	Source string `json:"source"`
 }
 
 // Audit follows messages of entity through its log and returns the life of
@@ -76,11 +85,15 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 	if err != nil {
 		return nil, err
 	}
-	ro, err := log.OpenReadOnly(info.LogDir())
+	recs, err := entityRecords(info, opts.Retained)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", info.Name, err)
 	}
-	defer ro.Close()
+	defer recs.close()
+	var unreadable []string // held records that do not read back
+	bad := func(h heldRecord, err error) {
+		unreadable = append(unreadable, fmt.Sprintf("record %d in %s does not read back: %s", h.index, filepath.Base(h.from.Path()), archiveReason(err)))
+	}
 
 	// Pass 1: the activation links (scheduled number -> live number), the
 	// messages that match, and the time the log ends.
@@ -88,7 +101,7 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 	scheduledAs := map[uint64]uint64{}
 	var roots []uint64
 	var logEnd int64
-	dmg, err := readLog(ro, 1, 0, func(ev *log.Event, _ string) error {
+	dmg, err := recs.walk(1, 0, func(ev *log.Event, _ string) error {
 		logEnd = ev.Time
 		if ev.Type == log.Activated {
 			activatedAs[ev.Seq], scheduledAs[ev.Index] = ev.Index, ev.Seq
@@ -97,7 +110,7 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 			roots = append(roots, ev.Index)
 		}
 		return nil
-	})
+	}, bad)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +135,7 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 	}
 
 	// Pass 2: every event about those messages.
-	_, err = readLog(ro, 1, 0, func(ev *log.Event, _ string) error {
+	_, err = recs.walk(1, 0, func(ev *log.Event, source string) error {
 		if ev.Type == log.SessionLockRenewed {
 			for _, l := range out {
 				if l.stage == "locked" && l.SessionID != "" && l.SessionID == ev.SessionID && l.queue == ev.Queue {
@@ -138,10 +151,11 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 			return nil
 		}
 		if l := lives[seq]; l != nil {
+			l.source = source
 			l.follow(ev)
 		}
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -150,8 +164,16 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 		if len(l.Steps) == 0 {
 			continue
 		}
-		l.finish(logEnd, firstIndex(ro), dmg)
+		l.compacted(recs, opts.Retained != "")
+		l.finish(logEnd, recs, dmg)
+		if len(unreadable) > 0 {
+			l.Incomplete = true
+			l.Notes = append(l.Notes, unreadable...)
+		}
 		found = append(found, l)
+	}
+	if len(found) > 0 {
+		fromState(data, info.Name, found)
 	}
 	if len(found) == 0 {
 		what := fmt.Sprintf("SequenceNumber %d", opts.Seq)
@@ -161,6 +183,14 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 		if dmg != nil {
 			return nil, fmt.Errorf("%s: no message with %s in the readable log (%v)", info.Name, what, dmg)
 		}
+		if gaps := recs.gaps(); len(recs.held) > 0 && len(gaps) > 0 {
+			hint := ""
+			if opts.Retained == "" {
+				hint = "; --retained DIR reads the history `walbus compact --retain DIR` kept"
+			}
+			return nil, fmt.Errorf("%s: no message with %s in the log or its archives (%s below index %d were compacted away%s)",
+				info.Name, what, plural(int(missing(gaps)), "record"), recs.first, hint)
+		}
 		return nil, fmt.Errorf("%s: no message with %s in the log", info.Name, what)
 	}
 	slices.SortFunc(found, func(a, b *Life) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) })
@@ -169,8 +199,12 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 
 // step records ev with its description.
 func (l *Life) step(ev *log.Event, what string) {
+	source := l.source
+	if source == "" {
+		source = SourceLog
+	}
 	s := Step{Index: ev.Index, Time: formatTime(ev.Time), Type: ev.Type.String(), Queue: QueueName(ev.Queue),
-		Seq: seqOf(ev), What: what}
+		Seq: seqOf(ev), What: what, Source: source}
 	if n := len(l.Steps); n == 0 {
 		s.SincePrevious, s.SinceStart = "-", "0s"
 	} else {
@@ -207,6 +241,17 @@ func (l *Life) follow(ev *log.Event) {
 		}
 		if ev.TTL != 0 {
 			fmt.Fprintf(&b, ", time to live %s once active", time.Duration(ev.TTL))
+		}
+		l.step(ev, b.String())
+	case log.Forwarded:
+		l.MessageID, l.SessionID, l.Size, l.queue = ev.MessageID, ev.SessionID, len(ev.Message), ev.Queue
+		l.stage = "available"
+		var b strings.Builder
+		fmt.Fprintf(&b, "forwarded here as seq %d in %s from the dead-letter queue of %s (seq %d there), reason %s",
+			ev.Index, QueueName(ev.Queue), quoteIfNeeded(ev.Name), ev.Seq, quoteIfNeeded(ev.Reason))
+		l.describeMessage(&b, ev)
+		if ev.Until != 0 {
+			fmt.Fprintf(&b, ", expires %s", until(ev.Until))
 		}
 		l.step(ev, b.String())
 	case log.Activated:
@@ -283,9 +328,13 @@ func propsNote(ev *log.Event) string {
 
 // finish states how the life ends, or where the message stands at the end
 // of the log (logEnd).
-func (l *Life) finish(logEnd int64, first uint64, dmg *Damage) {
+func (l *Life) finish(logEnd int64, recs *records, dmg *Damage) {
 	if l.Steps[0].Seq != l.Seqs[0] || !slices.Contains([]string{"enqueued", "scheduled"}, l.Steps[0].Type) {
-		l.Notes = append(l.Notes, fmt.Sprintf("the message's first records are no longer in the log (it starts at index %d): its delivery count here counts only what the log holds", first))
+		where := "in the log"
+		if len(recs.held) > 0 {
+			where = "kept"
+		}
+		l.Notes = append(l.Notes, fmt.Sprintf("the message's first records are no longer %s (the log starts at index %d): its delivery count here counts only what is", where, recs.first))
 	}
 	if dmg != nil {
 		l.Incomplete = !dmg.Tail // a torn record is lost to the server too
@@ -310,8 +359,90 @@ func (l *Life) finish(logEnd int64, first uint64, dmg *Damage) {
 	default:
 		l.State = fmt.Sprintf("%s in %s", l.stage, QueueName(l.queue))
 	}
-	if last := l.stepTimes[len(l.stepTimes)-1]; logEnd > last {
+	if last := l.stepTimes[len(l.stepTimes)-1]; logEnd > last && !l.gap {
 		l.State += fmt.Sprintf("; unchanged for %s when the log ends (%s)", time.Duration(logEnd-last), formatTime(logEnd))
+	}
+}
+
+// compacted notes the history a compaction dropped between the message's
+// first step and its end (or the end of the log): steps there are unknown.
+func (l *Life) compacted(recs *records, retained bool) {
+	if len(recs.held) == 0 {
+		return // never compacted: finish says what the log lacks
+	}
+	from, to := l.Steps[0].Index, ^uint64(0)
+	if l.stage == "" {
+		to = l.Steps[len(l.Steps)-1].Index
+	}
+	var lost []indexRange
+	for _, g := range recs.gaps() {
+		if g.to > from && g.from < to {
+			lost = append(lost, indexRange{max(g.from, from+1), min(g.to, to-1)})
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	l.gap = true
+	hint := ""
+	if !retained {
+		hint = "; --retained DIR reads the history `walbus compact --retain DIR` kept"
+	}
+	l.Notes = append(l.Notes, fmt.Sprintf("history between index %d and %d was compacted away (%s): steps there are unknown, so the delivery attempts shown count only the steps kept%s",
+		lost[0].from, lost[len(lost)-1].to, plural(int(missing(lost)), "record"), hint))
+}
+
+// fromState says where each message the steps leave in a queue stands
+// when history of it was compacted away, and its delivery count, from the
+// entity's state at the end of the log: the steps kept cannot tell.
+func fromState(data, entity string, lives []*Life) {
+	var gapped []*Life
+	for _, l := range lives {
+		if l.gap && l.stage != "" {
+			gapped = append(gapped, l)
+		}
+	}
+	if len(gapped) == 0 {
+		return
+	}
+	r, err := Rebuild(data, entity, Point{})
+	if err != nil {
+		return
+	}
+	defer r.Close()
+	for _, l := range gapped {
+		seq := l.Seqs[len(l.Seqs)-1]
+		found := false
+		for _, no := range []uint32{l.queue &^ 1, l.queue | 1} {
+			q := r.State.Queue(no)
+			if q == nil {
+				continue
+			}
+			m, ok := q.Message(seq)
+			if !ok {
+				continue
+			}
+			found = true
+			l.queue = no
+			l.Outcome = "pending"
+			if no&1 == 1 {
+				l.Outcome = "dead-lettered"
+			}
+			l.State = fmt.Sprintf("%s in %s", m.State, QueueName(no))
+			if lk, locked := q.Lock(seq); locked {
+				l.State = fmt.Sprintf("locked by %s until %s in %s", quoteIfNeeded(lk.Receiver), formatTime(lk.Until), QueueName(no))
+			}
+			l.State += " (from the entity's state)"
+			if int(m.Deliveries) != l.Deliveries {
+				l.Notes = append(l.Notes, fmt.Sprintf("its delivery count, %d, is the entity's state's (the steps kept count %d)", m.Deliveries, l.Deliveries))
+				l.Deliveries = int(m.Deliveries)
+			}
+			break
+		}
+		if !found {
+			l.Outcome = "ended"
+			l.State = "no longer in the entity's state: how it ended was compacted away"
+		}
 	}
 }
 
@@ -341,7 +472,14 @@ func WriteLives(w io.Writer, lives []*Life) error {
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  index\ttime\t+prev\t+start\tstep")
 		for _, s := range l.Steps {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", s.Index, s.Time, s.SincePrevious, s.SinceStart, s.What)
+			what := s.What
+			switch s.Source {
+			case SourceArchive:
+				what += " [archived]"
+			case SourceRetained:
+				what += " [retained history]"
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", s.Index, s.Time, s.SincePrevious, s.SinceStart, what)
 		}
 		tw.Flush()
 		if l.State != "" {

@@ -1,11 +1,17 @@
 // Package tools is walbus's offline log tooling behind the CLI subcommands:
 // replay (every event, in order), audit (the life of one message), state (the
 // projection at a point in time), verify (checksums, continuity, invariants,
-// snapshots) and dump (segments and snapshots).
+// snapshots, archives) and dump (segments, snapshots and archives).
 //
 // Every tool works on a data directory with the server stopped and never
 // modifies it: logs are opened with log.OpenReadOnly, which neither repairs
-// a torn tail nor writes anything, and snapshots are only read.
+// a torn tail nor writes anything, snapshots and archives are only read, and
+// the directory's lock (its LOCK file) is neither taken nor needed.
+//
+// After `walbus compact` an entity's records from before its log's first
+// index live in archives (those the state still needs) or nowhere (the
+// rest), unless the compaction kept them with --retain: records.go reads an
+// entity's records from all of these places in index order.
 package tools
 
 import (

@@ -1,10 +1,13 @@
 package tools
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -20,18 +23,50 @@ type DumpReport struct {
 	Records       int       `json:"records"`
 	Snapshots     int       `json:"snapshots"`
 	SnapshotBytes int64     `json:"snapshot_bytes"`
+	Archives      int       `json:"archives,omitempty"`
+	ArchiveBytes  int64     `json:"archive_bytes,omitempty"`
+	Retained      int       `json:"retained,omitempty"` // history files, with DumpOptions.Retained
+	RetainedBytes int64     `json:"retained_bytes,omitempty"`
 }
 
-// LogDump is one log's segments and, for an entity, its snapshots.
+// LogDump is one log's segments and, for an entity, its snapshots and
+// archives.
 type LogDump struct {
 	Label         string         `json:"log"`
 	Dir           string         `json:"dir"`
 	Problem       string         `json:"problem,omitempty"`
 	Segments      []SegmentDump  `json:"segments"`
 	Snapshots     []SnapshotDump `json:"snapshots,omitempty"`
+	Archives      []ArchiveDump  `json:"archives,omitempty"`
+	Retained      []ArchiveDump  `json:"retained,omitempty"`     // history `walbus compact --retain` kept
+	RetainedDir   string         `json:"retained_dir,omitempty"` // in DumpOptions.Retained
 	SegmentBytes  int64          `json:"segment_bytes"`
 	Records       int            `json:"records"`
 	SnapshotBytes int64          `json:"snapshot_bytes"`
+	ArchiveBytes  int64          `json:"archive_bytes,omitempty"`
+	RetainedBytes int64          `json:"retained_bytes,omitempty"`
+}
+
+// ArchiveDump is one archive file: records compaction moved out of the
+// log, or history it retained.
+type ArchiveDump struct {
+	Name    string      `json:"name"`
+	Size    int64       `json:"size"`
+	First   uint64      `json:"first"` // lowest and highest index it holds
+	Last    uint64      `json:"last"`
+	Records int         `json:"records"`
+	RawSize int64       `json:"raw_size"` // its records uncompressed
+	Ratio   float64     `json:"ratio"`    // raw size / file size
+	Types   []TypeCount `json:"types"`
+	Problem string      `json:"problem,omitempty"` // it does not open, or records that do not read back
+}
+
+// DumpOptions select what Dump describes.
+type DumpOptions struct {
+	Entity string // one entity; "" for the namespace log and every entity
+	// Retained is a directory `walbus compact --retain` wrote history to,
+	// whose files are listed too.
+	Retained string
 }
 
 // SegmentDump is one segment file.
@@ -61,27 +96,129 @@ type SnapshotDump struct {
 	Problem string  `json:"problem,omitempty"`
 }
 
-// Dump describes the segments and snapshots of the data directory data:
-// the namespace log and every entity, or only entity if it is not "".
-func Dump(data, entity string) (*DumpReport, error) {
+// Dump describes the segments, snapshots and archives of the data
+// directory data: the namespace log and every entity, or only
+// opts.Entity.
+func Dump(data string, opts DumpOptions) (*DumpReport, error) {
 	cat, err := ReadCatalog(data)
 	if err != nil {
 		return nil, err
 	}
 	rep := &DumpReport{}
-	if entity == "" {
+	entity := func(e EntityInfo) {
+		ld := dumpLog(e.Name, data, e.LogDir(), e.SnapshotDir())
+		ld.Archives, ld.ArchiveBytes = dumpArchives(filepath.Join(e.Dir, archiveDir), "*.wba")
+		if opts.Retained != "" {
+			dir := RetainedDir(opts.Retained, e.ID)
+			if ld.Retained, ld.RetainedBytes = dumpArchives(dir, "history-*.wba"); len(ld.Retained) > 0 {
+				ld.RetainedDir = filepath.Base(dir)
+			}
+			if err := checkRetainedName(dir, e.Name); err != nil && !e.Orphan {
+				ld.Problem = strings.TrimPrefix(ld.Problem+"; ", "; ") + err.Error()
+			}
+		}
+		rep.add(ld)
+	}
+	if opts.Entity == "" {
 		rep.add(dumpLog(NamespaceLabel, data, filepath.Join(data, namespaceDir), ""))
 		for _, e := range cat.Entities {
-			rep.add(dumpLog(e.Name, data, e.LogDir(), e.SnapshotDir()))
+			entity(e)
+		}
+		if opts.Retained != "" {
+			for _, ld := range retainedOnly(opts.Retained, cat) {
+				rep.add(ld)
+			}
 		}
 	} else {
-		e, err := cat.Find(entity)
+		e, err := cat.Find(opts.Entity)
 		if err != nil {
 			return nil, err
 		}
-		rep.add(dumpLog(e.Name, data, e.LogDir(), e.SnapshotDir()))
+		entity(e)
 	}
 	return rep, nil
+}
+
+// retainedOnly describes the retained history in dir of entities the data
+// directory no longer has (deleted since).
+func retainedOnly(dir string, cat *Catalog) []LogDump {
+	known := map[uint64]bool{}
+	for _, e := range cat.Entities {
+		known[e.ID] = true
+	}
+	ents, _ := os.ReadDir(dir)
+	var out []LogDump
+	for _, ent := range ents {
+		id, err := strconv.ParseUint(ent.Name(), 10, 64)
+		if err != nil || len(ent.Name()) != 20 || !ent.IsDir() || known[id] {
+			continue
+		}
+		name := fmt.Sprintf("$entity-%d", id)
+		if b, err := os.ReadFile(filepath.Join(dir, ent.Name(), "entity-name")); err == nil {
+			name = strings.TrimSuffix(string(b), "\n")
+		}
+		ld := LogDump{Label: name, Dir: ent.Name(), Segments: []SegmentDump{}, RetainedDir: ent.Name(),
+			Problem: "retained history of an entity the data directory does not have"}
+		ld.Retained, ld.RetainedBytes = dumpArchives(filepath.Join(dir, ent.Name()), "history-*.wba")
+		out = append(out, ld)
+	}
+	return out
+}
+
+// dumpArchives describes the archives in dir whose names match pattern, in
+// name order, reading every record (as the segments are read) for the
+// counts by type and the raw size.
+func dumpArchives(dir, pattern string) ([]ArchiveDump, int64) {
+	paths, _ := filepath.Glob(filepath.Join(dir, pattern))
+	slices.Sort(paths)
+	var out []ArchiveDump
+	var total int64
+	for _, p := range paths {
+		ad := ArchiveDump{Name: filepath.Base(p)}
+		if fi, err := os.Stat(p); err == nil {
+			ad.Size = fi.Size()
+		}
+		total += ad.Size
+		a, err := log.OpenArchive(p)
+		if err != nil {
+			ad.Problem = archiveReason(err)
+			out = append(out, ad)
+			continue
+		}
+		ad.First, ad.Last, ad.Records = a.First(), a.Last(), a.Len()
+		counts := map[log.Type]int{}
+		bad := 0
+		var buf []byte
+		for _, idx := range a.Indexes() {
+			ev, err := a.Read(idx)
+			if err != nil {
+				if bad == 0 {
+					ad.Problem = fmt.Sprintf("record %d does not read back: %s", idx, archiveReason(err))
+				}
+				bad++
+				continue
+			}
+			counts[ev.Type]++
+			buf = log.AppendRecord(buf[:0], &ev)
+			ad.RawSize += int64(uvarintLen(len(buf)) + len(buf)) // as a block holds it
+		}
+		a.Close()
+		if bad > 1 {
+			ad.Problem += fmt.Sprintf(" (and %s after it)", plural(bad-1, "more record"))
+		}
+		if ad.Size > 0 {
+			ad.Ratio = float64(ad.RawSize) / float64(ad.Size)
+		}
+		for _, t := range slices.Sorted(mapKeys(counts)) {
+			ad.Types = append(ad.Types, TypeCount{t.String(), counts[t]})
+		}
+		out = append(out, ad)
+	}
+	return out, total
+}
+
+func uvarintLen(n int) int {
+	return len(binary.AppendUvarint(nil, uint64(n)))
 }
 
 func (r *DumpReport) add(l LogDump) {
@@ -91,6 +228,10 @@ func (r *DumpReport) add(l LogDump) {
 	r.Records += l.Records
 	r.Snapshots += len(l.Snapshots)
 	r.SnapshotBytes += l.SnapshotBytes
+	r.Archives += len(l.Archives)
+	r.ArchiveBytes += l.ArchiveBytes
+	r.Retained += len(l.Retained)
+	r.RetainedBytes += l.RetainedBytes
 }
 
 func dumpLog(label, data, dir, snapDir string) LogDump {
@@ -209,16 +350,60 @@ func (r *DumpReport) WriteText(w io.Writer) error {
 			}
 			tw.Flush()
 		}
+		writeArchives(&b, "archive", l.Archives)
+		if len(l.Retained) > 0 {
+			fmt.Fprintf(&b, "  retained history (%s in the --retained directory)\n", l.RetainedDir)
+			writeArchives(&b, "history", l.Retained)
+		}
 		fmt.Fprintf(&b, "  %s, %d bytes, %d records", plural(len(l.Segments), "segment"), l.SegmentBytes, l.Records)
 		if len(l.Snapshots) > 0 {
 			fmt.Fprintf(&b, "; %s, %d bytes", plural(len(l.Snapshots), "snapshot"), l.SnapshotBytes)
 		}
+		if len(l.Archives) > 0 {
+			fmt.Fprintf(&b, "; %s, %d bytes", plural(len(l.Archives), "archive"), l.ArchiveBytes)
+		}
+		if len(l.Retained) > 0 {
+			fmt.Fprintf(&b, "; %s, %d bytes", plural(len(l.Retained), "retained history file"), l.RetainedBytes)
+		}
 		b.WriteString("\n")
 	}
-	fmt.Fprintf(&b, "total: %s, %s, %d bytes, %d records; %s, %d bytes\n", plural(len(r.Logs), "log"),
+	fmt.Fprintf(&b, "total: %s, %s, %d bytes, %d records; %s, %d bytes", plural(len(r.Logs), "log"),
 		plural(r.Segments, "segment"), r.SegmentBytes, r.Records, plural(r.Snapshots, "snapshot"), r.SnapshotBytes)
+	if r.Archives > 0 {
+		fmt.Fprintf(&b, "; %s, %d bytes", plural(r.Archives, "archive"), r.ArchiveBytes)
+	}
+	if r.Retained > 0 {
+		fmt.Fprintf(&b, "; %s, %d bytes", plural(r.Retained, "retained history file"), r.RetainedBytes)
+	}
+	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeArchives prints a table of archive files under the heading what.
+func writeArchives(b *strings.Builder, what string, archives []ArchiveDump) {
+	if len(archives) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  %s\tbytes\tfirst\tlast\trecords\traw bytes\tratio\ttypes\n", what)
+	for _, a := range archives {
+		if a.Records == 0 && a.Problem != "" {
+			fmt.Fprintf(tw, "  %s\t%d\t-\t-\t-\t-\t-\tunreadable: %s\n", a.Name, a.Size, a.Problem)
+			continue
+		}
+		var types []string
+		for _, tc := range a.Types {
+			types = append(types, fmt.Sprintf("%s=%d", tc.Type, tc.Count))
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%.1fx\t%s\n", a.Name, a.Size, a.First, a.Last, a.Records, a.RawSize, a.Ratio, strings.Join(types, " "))
+	}
+	tw.Flush()
+	for _, a := range archives {
+		if a.Records > 0 && a.Problem != "" {
+			fmt.Fprintf(b, "  %s: damaged: %s\n", a.Name, a.Problem)
+		}
+	}
 }
 
 // plural is "1 lock", "2 locks", "3 failed deliveries".

@@ -16,7 +16,11 @@ import (
 // EventRecord is one event as replay prints it in JSON: the envelope and the
 // fields its type uses, with times in RFC 3339.
 type EventRecord struct {
-	Log       string `json:"log"` // entity name, or $namespace
+	Log string `json:"log"` // entity name, or $namespace
+	// Source is where the record was read: "log", "archive" (kept by a
+	// compaction because the state still needs it) or "retained" (history
+	// a compaction dropped, from --retained).
+	Source    string `json:"source"`
 	Index     uint64 `json:"index"`
 	Time      string `json:"time"`
 	Type      string `json:"type"`
@@ -107,7 +111,8 @@ func FormatToken(t log.LockToken) string {
 // eventContext is what a rendering knows beyond the event itself.
 type eventContext struct {
 	label      string
-	deliveries int // -1: not derivable
+	source     string // SourceLog, SourceArchive or SourceRetained
+	deliveries int    // -1: not derivable
 	bodies     bool
 	bodyMax    int
 }
@@ -118,7 +123,7 @@ func rfc3339(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC333
 // create a message.
 func seqOf(ev *log.Event) uint64 {
 	switch ev.Type {
-	case log.Enqueued, log.Scheduled, log.Activated:
+	case log.Enqueued, log.Scheduled, log.Activated, log.Forwarded:
 		return ev.Index
 	case log.EntityCreated, log.EntityUpdated, log.EntityDeleted,
 		log.SessionLocked, log.SessionLockRenewed, log.SessionUnlocked, log.SessionStateSet:
@@ -132,12 +137,16 @@ func isNamespaceType(t log.Type) bool {
 }
 
 func hasMessage(t log.Type) bool {
-	return t == log.Enqueued || t == log.Scheduled || t == log.Activated
+	return t == log.Enqueued || t == log.Scheduled || t == log.Activated || t == log.Forwarded
 }
 
 // eventRecord builds the JSON form of ev.
 func eventRecord(ev *log.Event, c eventContext) EventRecord {
-	r := EventRecord{Log: c.label, Index: ev.Index, Time: rfc3339(ev.Time), Type: ev.Type.String(),
+	source := c.source
+	if source == "" {
+		source = SourceLog
+	}
+	r := EventRecord{Log: c.label, Source: source, Index: ev.Index, Time: rfc3339(ev.Time), Type: ev.Type.String(),
 		Continued: ev.Flags&log.FlagContinued != 0, Seq: seqOf(ev),
 		MessageID: ev.MessageID, SessionID: ev.SessionID, Receiver: ev.Receiver,
 		Reason: ev.Reason, Description: ev.Description, Name: ev.Name}
@@ -152,7 +161,7 @@ func eventRecord(ev *log.Event, c eventContext) EventRecord {
 		if json.Valid(ev.Props) {
 			r.Spec = json.RawMessage(append([]byte(nil), ev.Props...))
 		}
-	case log.Enqueued, log.Activated:
+	case log.Enqueued, log.Activated, log.Forwarded:
 		if ev.Until != 0 {
 			r.Expires = rfc3339(ev.Until)
 		}
@@ -167,7 +176,7 @@ func eventRecord(ev *log.Event, c eventContext) EventRecord {
 		n := len(ev.State)
 		r.StateSize = &n
 	}
-	if ev.Type == log.Activated {
+	if ev.Type == log.Activated || ev.Type == log.Forwarded {
 		r.From = ev.Seq
 	}
 	if ev.Type == log.Locked {
@@ -209,6 +218,9 @@ func eventDetails(ev *log.Event, c eventContext) string {
 		return b.String()
 	case log.Activated:
 		add("from", strconv.FormatUint(ev.Seq, 10))
+	case log.Forwarded:
+		add("from", fmt.Sprintf("%s/%d", quoteIfNeeded(ev.Name), ev.Seq))
+		add("reason", quoteIfNeeded(ev.Reason))
 	}
 	if hasMessage(ev.Type) {
 		if ev.MessageID != "" {
@@ -220,7 +232,7 @@ func eventDetails(ev *log.Event, c eventContext) string {
 		add("size", strconv.Itoa(len(ev.Message)))
 	}
 	switch ev.Type {
-	case log.Enqueued, log.Activated:
+	case log.Enqueued, log.Activated, log.Forwarded:
 		if ev.Until != 0 {
 			add("expires", rel(ev.Until))
 		}
@@ -263,6 +275,9 @@ func eventDetails(ev *log.Event, c eventContext) string {
 	}
 	if c.bodies && hasMessage(ev.Type) {
 		add("body", previewBody(ev.Message, c.bodyMax).text(len(ev.Message)))
+	}
+	if c.source != "" && c.source != SourceLog {
+		add("source", c.source)
 	}
 	return b.String()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
+	"github.com/walbus/walbus/tools/compaction"
 )
 
 // buildFuzzBase writes a small data directory with more variety than the
@@ -91,16 +92,57 @@ func fuzzBaseDir(t testing.TB) (string, []string) {
 		}
 		fuzzBase.dir = dir
 		buildFuzzBase(t, dir)
-		filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-			if err == nil && !d.IsDir() {
-				rel, _ := filepath.Rel(dir, path)
-				fuzzBase.files = append(fuzzBase.files, rel)
-			}
-			return nil
-		})
-		slices.Sort(fuzzBase.files)
+		fuzzBase.files = listFiles(dir)
 	})
 	return fuzzBase.dir, fuzzBase.files
+}
+
+// fuzzCompacted is the fuzz base compacted with walbus compact --retain:
+// the data directory in data/, the history it retained in retained/.
+var fuzzCompacted struct {
+	once  sync.Once
+	dir   string
+	files []string // relative to dir, sorted
+}
+
+func fuzzCompactedDir(t testing.TB) (string, []string) {
+	t.Helper()
+	fuzzCompacted.once.Do(func() {
+		base, _ := fuzzBaseDir(t)
+		dir, err := os.MkdirTemp("", "walbus-tools-fuzz-compacted-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fuzzCompacted.dir = dir
+		copyDir(t, base, filepath.Join(dir, "data"))
+		reps, err := compaction.Compact(filepath.Join(dir, "data"), compaction.Options{Retain: filepath.Join(dir, "retained")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		archived := 0
+		for _, r := range reps {
+			archived += r.Archived
+		}
+		if archived == 0 {
+			t.Fatalf("the compaction of the fuzz base archived nothing: %+v", reps)
+		}
+		fuzzCompacted.files = listFiles(dir)
+	})
+	return fuzzCompacted.dir, fuzzCompacted.files
+}
+
+// listFiles lists the files under dir, relative to it, sorted.
+func listFiles(dir string) []string {
+	var files []string
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dir, path)
+			files = append(files, rel)
+		}
+		return nil
+	})
+	slices.Sort(files)
+	return files
 }
 
 // damage applies the operations encoded in ops to the data directory dir,
@@ -170,8 +212,8 @@ func isSegment(path string) bool {
 	return err == nil && len(filepath.Base(path)) == 20
 }
 
-// nearbyName is the name of a segment or snapshot whose index is delta away
-// from path's.
+// nearbyName is the name of a segment, snapshot or archive whose index is
+// delta away from path's.
 func nearbyName(path string, delta int) string {
 	dir, base := filepath.Split(path)
 	if isSegment(path) {
@@ -181,10 +223,12 @@ func nearbyName(path string, delta int) string {
 		}
 		return ""
 	}
-	if strings.HasPrefix(base, "snap-") {
-		n, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(base, "snap-"), ".wbs"), 10, 64)
-		if m := int64(n) + int64(delta); err == nil && m >= 0 {
-			return filepath.Join(dir, fmt.Sprintf("snap-%020d.wbs", m))
+	for _, kind := range []struct{ prefix, suffix string }{{"snap-", ".wbs"}, {"arc-", ".wba"}} {
+		if strings.HasPrefix(base, kind.prefix) && strings.HasSuffix(base, kind.suffix) {
+			n, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(base, kind.prefix), kind.suffix), 10, 64)
+			if m := int64(n) + int64(delta); err == nil && m >= 0 {
+				return filepath.Join(dir, fmt.Sprintf("%s%020d%s", kind.prefix, m, kind.suffix))
+			}
 		}
 	}
 	return ""
@@ -208,19 +252,36 @@ func fuzzEvent(arg uint32, val byte, extra []byte) log.Event {
 
 // FuzzVerify damages a real data directory at random and checks that
 // verify (and the other tools) survive it, report rather than fail, never
-// change a file, and say the same thing twice.
+// change a file, and say the same thing twice. With compacted, the
+// directory was compacted first: its archives, and the history the
+// compaction retained, are damaged too.
 func FuzzVerify(f *testing.F) {
 	for kind := range byte(10) {
 		for _, sel := range []byte{0, 3, 7, 11} {
-			f.Add([]byte{kind, sel, 0, 0, 0, 40, 3, 9, 'g', 'a', 'r', 'b', 'a', 'g', 'e'})
+			f.Add(false, []byte{kind, sel, 0, 0, 0, 40, 3, 9, 'g', 'a', 'r', 'b', 'a', 'g', 'e'})
 		}
 	}
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, ops []byte) {
+	// The compacted base's files, sorted: 1 and 7 are the two entities'
+	// archives, 15 and 17 their retained history.
+	for _, kind := range []byte{0, 1, 2, 4, 6, 9} { // truncate, flip, delete, rename, zeros, overwrite
+		for _, sel := range []byte{1, 7, 15, 17, 2} {
+			f.Add(true, []byte{kind, sel, 0, 0, 0, 40, 3, 9, 'g', 'a', 'r', 'b', 'a', 'g', 'e'})
+		}
+	}
+	f.Add(false, []byte{})
+	f.Add(true, []byte{})
+	f.Fuzz(func(t *testing.T, compacted bool, ops []byte) {
 		base, files := fuzzBaseDir(t)
-		dir := copyTree(t, base)
-		damage(dir, files, ops)
-		before := treeSums(t, dir)
+		if compacted {
+			base, files = fuzzCompactedDir(t)
+		}
+		root := copyTree(t, base)
+		damage(root, files, ops)
+		dir, retained := root, ""
+		if compacted {
+			dir, retained = filepath.Join(root, "data"), filepath.Join(root, "retained")
+		}
+		before := treeSums(t, root)
 		findings, err := Verify(dir)
 		if err != nil {
 			t.Fatalf("verify: %v", err)
@@ -239,16 +300,23 @@ func FuzzVerify(f *testing.F) {
 		}
 		// The other tools must survive too; errors are fine.
 		Replay(io.Discard, dir, ReplayOptions{Bodies: true})
-		Dump(dir, "")
+		if compacted {
+			Replay(io.Discard, dir, ReplayOptions{Bodies: true, Retained: retained})
+		}
+		if rep, err := Dump(dir, DumpOptions{Retained: retained}); err == nil {
+			rep.WriteText(io.Discard)
+		}
 		for _, name := range []string{"work", "sessions"} {
 			if rep, err := State(dir, name, StateOptions{}); err == nil {
 				rep.WriteText(io.Discard)
 			}
-			if lives, err := Audit(dir, name, AuditOptions{Seq: 5}); err == nil {
-				WriteLives(io.Discard, lives)
+			for _, seq := range []uint64{5, 30} {
+				if lives, err := Audit(dir, name, AuditOptions{Seq: seq, Retained: retained}); err == nil {
+					WriteLives(io.Discard, lives)
+				}
 			}
 		}
-		if !sameTree(before, treeSums(t, dir)) {
+		if !sameTree(before, treeSums(t, root)) {
 			t.Fatal("the tools changed the data directory")
 		}
 		if len(ops) == 0 && len(findings) != 0 {

@@ -15,10 +15,28 @@ import (
 // TestGolden runs the tools on the golden scenario (buildGolden) and
 // compares their output with testdata/golden. Rewrite the expectations
 // with: go test ./tools -run TestGolden -rewrite
+//
+// data=compacted runs a command on the compacted scenario instead
+// (compactedFixture) after both compactions, data=compacted-mid after the
+// first; retained adds the history they retained.
 func TestGolden(t *testing.T) {
-	data := goldenDir(t)
 	datadriven.RunTest(t, "testdata/golden", func(t *testing.T, td *datadriven.TestData) string {
-		out, err := runGolden(data, td)
+		data, retained := goldenDir(t), ""
+		if a, ok := td.Arg("data"); ok {
+			cs := compactedFixture(t)
+			switch a.Vals[0] {
+			case "compacted":
+				data, retained = cs.data, cs.retained
+			case "compacted-mid":
+				data, retained = cs.mid, cs.midRet
+			default:
+				t.Fatalf("unknown data %q", a.Vals[0])
+			}
+		}
+		if !td.HasArg("retained") {
+			retained = ""
+		}
+		out, err := runGolden(data, retained, td)
 		if err != nil {
 			out += "error: " + err.Error() + "\n"
 		}
@@ -26,7 +44,7 @@ func TestGolden(t *testing.T) {
 	})
 }
 
-func runGolden(data string, td *datadriven.TestData) (string, error) {
+func runGolden(data, retained string, td *datadriven.TestData) (string, error) {
 	arg := func(key string) string {
 		if a, ok := td.Arg(key); ok {
 			return strings.Join(a.Vals, ",")
@@ -43,7 +61,7 @@ func runGolden(data string, td *datadriven.TestData) (string, error) {
 	asJSON := td.HasArg("json")
 	switch td.Cmd {
 	case "replay":
-		opts := ReplayOptions{Entity: arg("entity"), JSON: asJSON, Bodies: td.HasArg("bodies"), Diag: &diag}
+		opts := ReplayOptions{Entity: arg("entity"), JSON: asJSON, Bodies: td.HasArg("bodies"), Diag: &diag, Retained: retained}
 		var err error
 		if opts.From, err = point("from"); err != nil {
 			return "", err
@@ -72,7 +90,7 @@ func runGolden(data string, td *datadriven.TestData) (string, error) {
 		return out.String(), err
 	case "audit":
 		seq, _ := strconv.ParseUint(arg("seq"), 10, 64)
-		lives, err := Audit(data, arg("entity"), AuditOptions{Seq: seq, MessageID: arg("message-id")})
+		lives, err := Audit(data, arg("entity"), AuditOptions{Seq: seq, MessageID: arg("message-id"), Retained: retained})
 		if err != nil {
 			return "", err
 		}
@@ -96,7 +114,7 @@ func runGolden(data string, td *datadriven.TestData) (string, error) {
 		err = rep.WriteText(&out)
 		return out.String(), err
 	case "dump":
-		rep, err := Dump(data, arg("entity"))
+		rep, err := Dump(data, DumpOptions{Entity: arg("entity"), Retained: retained})
 		if err != nil {
 			return "", err
 		}

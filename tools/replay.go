@@ -23,14 +23,20 @@ type ReplayOptions struct {
 	JSON     bool       // JSON lines instead of a table
 	Bodies   bool       // include a preview of message bodies
 	BodyMax  int        // bytes of body to preview; 0 for DefaultBodyMax
+	// Retained is a directory `walbus compact --retain` wrote history to:
+	// the records the compactions dropped are replayed too, in their place.
+	Retained string
 	// Diag receives notes about damage and unfinished atomic groups; nil
 	// discards them.
 	Diag io.Writer
 }
 
 // Replay prints every event of the logs of the data directory data in log
-// order. It reads every log as far as it is readable and returns an error
-// naming the logs it could not read to the end.
+// order. For an entity compacted by `walbus compact`, the records kept in
+// its archives below the log's start come first, in index order (with
+// Retained, the history the compactions dropped too). It reads every log as
+// far as it is readable and returns an error naming the logs it could not
+// read to the end.
 func Replay(w io.Writer, data string, opts ReplayOptions) error {
 	cat, err := ReadCatalog(data)
 	if err != nil {
@@ -43,11 +49,11 @@ func Replay(w io.Writer, data string, opts ReplayOptions) error {
 	defer bw.Flush()
 	var errs []error
 	if opts.Entity == "" {
-		if err := replayLog(bw, NamespaceLabel, data, filepath.Join(data, namespaceDir), "", opts); err != nil {
+		if err := replayNamespace(bw, data, opts); err != nil {
 			errs = append(errs, err)
 		}
 		for _, e := range cat.Live() {
-			if err := replayLog(bw, e.Name, data, e.LogDir(), e.SnapshotDir(), opts); err != nil {
+			if err := replayEntity(bw, data, e, opts); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -56,7 +62,7 @@ func Replay(w io.Writer, data string, opts ReplayOptions) error {
 		if err != nil {
 			return err
 		}
-		if err := replayLog(bw, e.Name, data, e.LogDir(), e.SnapshotDir(), opts); err != nil {
+		if err := replayEntity(bw, data, e, opts); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -66,35 +72,70 @@ func Replay(w io.Writer, data string, opts ReplayOptions) error {
 	return errors.Join(errs...)
 }
 
-// replayLog prints one log. For an entity log (snapDir set) it keeps the
-// projection alongside, so it can say each message's delivery count.
-func replayLog(w *bufio.Writer, label, data, dir, snapDir string, opts ReplayOptions) error {
-	ro, err := log.OpenReadOnly(dir)
+func replayNamespace(w *bufio.Writer, data string, opts ReplayOptions) error {
+	dir := filepath.Join(data, namespaceDir)
+	recs, err := logRecords(NamespaceLabel, dir)
 	if err != nil {
-		return fmt.Errorf("%s: %w", label, err)
+		return fmt.Errorf("%s: %w", NamespaceLabel, err)
 	}
-	defer ro.Close()
+	defer recs.close()
+	return replayLog(w, data, dir, "", recs, opts)
+}
+
+func replayEntity(w *bufio.Writer, data string, e EntityInfo, opts ReplayOptions) error {
+	recs, err := entityRecords(e, opts.Retained)
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.Name, err)
+	}
+	defer recs.close()
+	return replayLog(w, data, e.LogDir(), e.SnapshotDir(), recs, opts)
+}
+
+// replayLog prints one log, after the records its entity keeps outside it.
+// For an entity log (snapDir set) it keeps the projection alongside, so it
+// can say each message's delivery count.
+func replayLog(w *bufio.Writer, data, dir, snapDir string, recs *records, opts ReplayOptions) error {
+	label := recs.label
+	var errs []error
+	for _, p := range recs.problems {
+		fmt.Fprintf(opts.Diag, "%s: %s\n", label, p)
+		errs = append(errs, fmt.Errorf("%s: %s", label, p))
+	}
 
 	var st *projection.Entity
 	from := uint64(1)
 	if opts.From.Index != 0 {
 		from = opts.From.Index
 	}
+	gapEnd := recs.lastGap()
 	if snapDir != "" {
 		var before bool
-		st, before = trackingBase(ro, snapDir, opts.From)
+		st, before = trackingBase(snapDir, gapEnd, opts.From)
 		if st != nil && (before || st.LastIndex() < from) {
 			from = st.LastIndex() + 1
 		}
 	}
-	headed, stopped := false, false
+	countsFrom := uint64(0) // the first index with a delivery count; 0: none
+	if st != nil {
+		countsFrom = st.LastIndex() + 1
+	}
+	headed, stopped, gapNoted := false, false, false
 	var groupStart, groupEnd uint64 // a trailing run of records whose group continues
-	dmg, err := readLog(ro, from, opts.To.Index, func(ev *log.Event, _ string) error {
+	unreadable := 0
+	bad := func(h heldRecord, err error) {
+		unreadable++
+		fmt.Fprintf(opts.Diag, "%s: record %d in %s does not read back: %s\n", label, h.index, filepath.Base(h.from.Path()), archiveReason(err))
+		if st != nil && h.index > st.LastIndex() {
+			fmt.Fprintf(opts.Diag, "%s: delivery counts are not shown after index %d, which is missing\n", label, h.index)
+			st = nil
+		}
+	}
+	dmg, err := recs.walk(from, opts.To.Index, func(ev *log.Event, source string) error {
 		if !opts.To.notAfter(ev) {
 			stopped = true
 			return errStop
 		}
-		if ev.Flags&log.FlagContinued != 0 {
+		if source == SourceLog && ev.Flags&log.FlagContinued != 0 {
 			if groupStart == 0 {
 				groupStart = ev.Index
 			}
@@ -102,7 +143,7 @@ func replayLog(w *bufio.Writer, label, data, dir, snapDir string, opts ReplayOpt
 		} else {
 			groupStart = 0
 		}
-		c := eventContext{label: label, deliveries: -1, bodies: opts.Bodies, bodyMax: opts.BodyMax}
+		c := eventContext{label: label, source: source, deliveries: -1, bodies: opts.Bodies, bodyMax: opts.BodyMax}
 		if st != nil && ev.Index > st.LastIndex() {
 			before := deliveriesOf(st, ev)
 			if err := safeApply(st, ev); err != nil {
@@ -116,6 +157,22 @@ func replayLog(w *bufio.Writer, label, data, dir, snapDir string, opts ReplayOpt
 		}
 		if !opts.From.notBefore(ev) || len(opts.Types) > 0 && !slices.Contains(opts.Types, ev.Type) {
 			return nil
+		}
+		if !gapNoted && len(recs.held) > 0 && gapEnd != 0 && (countsFrom == 0 || ev.Index < countsFrom) {
+			// Say once why indexes are missing and the counts start late
+			// (or not at all): compaction dropped history.
+			gapNoted = true
+			gaps := recs.gaps()
+			counts := "delivery counts are not shown"
+			if countsFrom != 0 {
+				counts = fmt.Sprintf("delivery counts are shown from index %d on", countsFrom)
+			}
+			hint := ""
+			if opts.Retained == "" {
+				hint = " (--retained DIR reads the history `walbus compact --retain DIR` kept)"
+			}
+			fmt.Fprintf(opts.Diag, "%s: %d records below index %d were compacted away (the last at %d): %s%s\n",
+				label, missing(gaps), recs.first, gapEnd, counts, hint)
 		}
 		if opts.JSON {
 			b, err := json.Marshal(eventRecord(ev, c))
@@ -131,33 +188,35 @@ func replayLog(w *bufio.Writer, label, data, dir, snapDir string, opts ReplayOpt
 		}
 		_, err := fmt.Fprintln(w, textLine(ev, c))
 		return err
-	})
+	}, bad)
 	if err != nil {
 		return fmt.Errorf("%s: %w", label, err)
 	}
+	if unreadable > 0 {
+		errs = append(errs, fmt.Errorf("%s: %s do not read back", label, plural(unreadable, "archived record")))
+	}
 	if dmg != nil {
 		fmt.Fprintf(opts.Diag, "%s: the log reads only up to index %d: %v\n", label, dmg.Index-1, dmg)
-		return fmt.Errorf("%s: %w", label, dmg)
-	}
-	if groupStart != 0 && !stopped && (opts.To.Index == 0 || groupEnd < opts.To.Index) {
+		errs = append(errs, fmt.Errorf("%s: %w", label, dmg))
+	} else if groupStart != 0 && !stopped && (opts.To.Index == 0 || groupEnd < opts.To.Index) {
 		fmt.Fprintf(opts.Diag, "%s: records %d-%d are an unfinished atomic group: the server drops them on open\n",
 			label, groupStart, groupEnd)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // trackingBase is the projection replay starts from to derive delivery
 // counts: the newest snapshot before from (so a replay of the end of a long
-// log reads only the end), else the state before the log's first record:
-// empty for a log that starts at 1, or the oldest snapshot the log
-// continues. before reports a snapshot before from; nil when there is none
-// at all.
-func trackingBase(ro *log.ReadOnly, snapDir string, from Point) (st *projection.Entity, before bool) {
-	first := firstIndex(ro)
+// log reads only the end), else the state before the first record of a
+// history without gaps: empty for a history that starts at 1, or the
+// oldest snapshot after the last index missing (gapEnd: dropped by
+// compaction, or truncated from the log's front). before reports a
+// snapshot before from; nil when there is none at all.
+func trackingBase(snapDir string, gapEnd uint64, from Point) (st *projection.Entity, before bool) {
 	infos, _ := snapshot.List(snapDir)
 	if !from.IsZero() {
 		for _, info := range infos { // newest first
-			if info.Index+1 < first || from.Index != 0 && info.Index >= from.Index {
+			if info.Index < gapEnd || from.Index != 0 && info.Index >= from.Index {
 				continue
 			}
 			if st, err := loadSnapshot(info); err == nil && (from.Time == 0 || st.LastTime() < from.Time) {
@@ -165,11 +224,11 @@ func trackingBase(ro *log.ReadOnly, snapDir string, from Point) (st *projection.
 			}
 		}
 	}
-	if first <= 1 {
+	if gapEnd == 0 {
 		return projection.New(), false
 	}
 	for i := len(infos) - 1; i >= 0; i-- { // oldest first
-		if infos[i].Index+1 < first {
+		if infos[i].Index < gapEnd {
 			continue
 		}
 		if st, err := loadSnapshot(infos[i]); err == nil {

@@ -257,7 +257,7 @@ func goldenDir(t testing.TB) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, dir := range []string{golden.dir, fuzzBase.dir} {
+	for _, dir := range []string{golden.dir, fuzzBase.dir, fuzzCompacted.dir, compacted.root} {
 		if dir != "" {
 			os.RemoveAll(dir)
 		}
@@ -269,6 +269,13 @@ func TestMain(m *testing.M) {
 func copyTree(t testing.TB, src string) string {
 	t.Helper()
 	dst := t.TempDir()
+	copyDir(t, src, dst)
+	return dst
+}
+
+// copyDir copies the directory tree src to dst.
+func copyDir(t testing.TB, src, dst string) {
+	t.Helper()
 	err := filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -287,7 +294,6 @@ func copyTree(t testing.TB, src string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dst
 }
 
 // entityDirOf returns the directory of the live entity name in data.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -30,11 +31,12 @@ type Rebuilt struct {
 	// server's).
 	Damaged bool
 	Notes   []string // snapshots skipped, damage met, groups dropped
-	log     *log.ReadOnly
+	recs    *records
 }
 
-// Close releases the log the rebuild kept open for reading records.
-func (r *Rebuilt) Close() { r.log.Close() }
+// Close releases the log and archives the rebuild kept open for reading
+// records.
+func (r *Rebuilt) Close() { r.recs.close() }
 
 // Rebuild rebuilds the projection of entity as it stood at point at (unset:
 // the end of the log): the newest usable snapshot at or before the point,
@@ -49,13 +51,16 @@ func Rebuild(data, entity string, at Point) (*Rebuilt, error) {
 	if err != nil {
 		return nil, err
 	}
-	ro, err := log.OpenReadOnly(info.LogDir())
+	recs, err := entityRecords(info, "")
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", info.Name, err)
 	}
-	r := &Rebuilt{Entity: info, log: ro}
+	r := &Rebuilt{Entity: info, recs: recs}
+	for _, p := range recs.problems {
+		r.notef("%s", p)
+	}
 	if err := r.run(at); err != nil {
-		ro.Close()
+		recs.close()
 		return nil, err
 	}
 	return r, nil
@@ -66,11 +71,16 @@ func (r *Rebuilt) notef(format string, args ...any) {
 }
 
 func (r *Rebuilt) run(at Point) error {
-	first, last := firstIndex(r.log), tailIndex(r.log)
+	ro := r.recs.ro
+	first, last := firstIndex(ro), tailIndex(ro)
 	st := r.pickSnapshot(at, first, last)
 	if st == nil {
 		if first > 1 && !at.IsZero() {
-			return fmt.Errorf("%s: the log starts at index %d and no usable snapshot at or before %s covers the events before it", r.Entity.Name, first, at)
+			compacted := ""
+			if len(r.recs.held) > 0 {
+				compacted = " (walbus compact moved the history before it out of the log)"
+			}
+			return fmt.Errorf("%s: the log starts at index %d and no usable snapshot at or before %s covers the events before it%s", r.Entity.Name, first, at, compacted)
 		}
 		if first > 1 {
 			return fmt.Errorf("%s: the log starts at index %d and no usable snapshot covers the events before it", r.Entity.Name, first)
@@ -90,7 +100,7 @@ func (r *Rebuilt) run(at Point) error {
 		}
 		r.Replayed++
 	}
-	dmg, err := readLog(r.log, st.LastIndex()+1, at.Index, func(ev *log.Event, _ string) error {
+	dmg, err := readLog(ro, st.LastIndex()+1, at.Index, func(ev *log.Event, _ string) error {
 		if !at.notAfter(ev) {
 			r.Reached = true
 			return errStop
@@ -242,6 +252,9 @@ type MessageReport struct {
 	EnqueuedAt string `json:"enqueued_at,omitempty"`
 	Age        string `json:"age,omitempty"`
 	Problem    string `json:"problem,omitempty"` // its record could not be read
+	// Archive names the archive its record was read from, when compaction
+	// moved it out of the log.
+	Archive string `json:"archive,omitempty"`
 }
 
 // LockReport is one message lock.
@@ -338,9 +351,15 @@ func (r *Rebuilt) message(q *projection.Queue, seq uint64, asOf int64) MessageRe
 	if m.State == index.Locked && m.Flags&index.FlagDeferred != 0 {
 		mr.State = "locked (deferred)"
 	}
-	ev, err := r.log.ReadAt(seq, m.Pos)
+	ev, from, err := r.recs.read(seq, m.Pos)
+	if from != nil {
+		mr.Archive = filepath.Base(from.Path())
+	}
 	if err != nil {
 		mr.Problem = err.Error()
+		if from != nil {
+			mr.Problem = archiveReason(err)
+		}
 		return mr
 	}
 	mr.MessageID, mr.SessionID = ev.MessageID, ev.SessionID
@@ -370,6 +389,9 @@ func (rep *StateReport) WriteText(w io.Writer) error {
 			}
 			if m.SessionID != "" {
 				fmt.Fprintf(&b, " session %s", quoteIfNeeded(m.SessionID))
+			}
+			if m.Archive != "" {
+				fmt.Fprintf(&b, " (archived in %s)", m.Archive)
 			}
 			fmt.Fprintf(&b, ", %s, %s", m.State, plural(m.Deliveries, "failed delivery"))
 			if m.Problem != "" {

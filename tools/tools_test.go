@@ -172,7 +172,7 @@ func TestStateFromSnapshotsEqualsReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	oracle, _ := trackingBase(ro, e.SnapshotDir(), Point{})
+	oracle, _ := trackingBase(e.SnapshotDir(), max(firstIndex(ro), 1)-1, Point{})
 	if oracle == nil {
 		t.Fatal("no base for the oracle")
 	}
@@ -205,7 +205,7 @@ func TestStateFromSnapshotsEqualsReplay(t *testing.T) {
 }
 
 func TestDumpShowsSegments(t *testing.T) {
-	rep, err := Dump(goldenDir(t), "orders")
+	rep, err := Dump(goldenDir(t), DumpOptions{Entity: "orders"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +346,7 @@ func TestReplayFromSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if st, before := trackingBase(ro, e.SnapshotDir(), Point{Index: last}); st == nil || !before || st.LastIndex() < last/2 {
+	if st, before := trackingBase(e.SnapshotDir(), max(firstIndex(ro), 1)-1, Point{Index: last}); st == nil || !before || st.LastIndex() < last/2 {
 		t.Fatal("a replay of the end of the log does not start from a recent snapshot")
 	}
 }

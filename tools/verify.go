@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -300,10 +301,15 @@ func (v *verifier) entity(e EntityInfo) {
 	}
 	lg := &logCheck{v: v, label: e.Name}
 	first := firstIndex(ro)
-	// Compaction may keep records from before the log's front in archives,
-	// which these tools do not read yet: their absence from the log is then
-	// no finding.
-	archived, _ := os.ReadDir(filepath.Join(e.Dir, archiveDir))
+	archives, unopened := v.archives(e.Name, filepath.Join(e.Dir, archiveDir), ro, first)
+	defer func() {
+		for _, a := range archives {
+			a.Close()
+		}
+	}()
+	newCheck := func(st *projection.Entity) *entityCheck {
+		return &entityCheck{lg: lg, st: st, name: e.Name, ro: ro, first: first, archives: archives, unopened: unopened}
+	}
 	var c *entityCheck
 	switch {
 	case first == 0:
@@ -312,7 +318,7 @@ func (v *verifier) entity(e EntityInfo) {
 		}
 		return
 	case first == 1:
-		c = &entityCheck{lg: lg, st: projection.New(), name: e.Name, ro: ro, first: first, archived: len(archived) > 0}
+		c = newCheck(projection.New())
 	default:
 		// The oldest snapshot the log continues is the base of the replay.
 		for i := len(snaps) - 1; i >= 0 && c == nil; i-- {
@@ -321,7 +327,7 @@ func (v *verifier) entity(e EntityInfo) {
 				continue
 			}
 			if st, err := decodeState(s.raw); err == nil {
-				c = &entityCheck{lg: lg, st: st, name: e.Name, ro: ro, first: first, archived: len(archived) > 0}
+				c = newCheck(st)
 				s.done = true
 			}
 		}
@@ -419,8 +425,9 @@ type entityCheck struct {
 	name     string // as the namespace log records it
 	lastTime int64
 	ro       *log.ReadOnly
-	first    uint64 // the log's first index
-	archived bool   // records before first may be in archives
+	first    uint64         // the log's first index
+	archives []*log.Archive // the entity's that open, newest first
+	unopened bool           // some archive does not open
 }
 
 // msgState is what the projection says about one message.
@@ -515,13 +522,14 @@ func (c *entityCheck) full(seg string) {
 			if _, locked := q.Lock(seq); locked != (m.State == index.Locked) {
 				c.lg.eventf(seg, at, "queue %s: message %d is %s but has a lock record: %v", qn, seq, m.State, locked)
 			}
-			c.record(qn, seq, seq, m.Pos, "its own record", log.Enqueued, log.Scheduled, log.Activated)
+			c.record(qn, seq, seq, m.Pos, "its own record", log.Enqueued, log.Scheduled, log.Activated, log.Forwarded)
 			for _, ref := range q.Overlays(seq) {
-				if ref.Index <= seq || ref.Index > at {
+				// A forwarded message's own record is also its first overlay.
+				if ref.Index < seq || ref.Index > at {
 					c.lg.eventf(seg, at, "queue %s: message %d has an overlay at index %d, outside its life", qn, seq, ref.Index)
 					continue
 				}
-				c.record(qn, seq, ref.Index, ref.Pos, "an overlay", log.Abandoned, log.Deferred, log.DeadLettered)
+				c.record(qn, seq, ref.Index, ref.Pos, "an overlay", log.Abandoned, log.Deferred, log.DeadLettered, log.Forwarded)
 			}
 			if m.Session != 0 {
 				if ss := q.Sessions(); ss == nil || ss.ByNo(m.Session) == nil {
@@ -555,32 +563,144 @@ func (c *entityCheck) full(seg string) {
 	}
 }
 
-// record checks that the log still holds the record of message seq at
-// index, where the state says it is: the server reads bodies and overlays
-// from there.
+// record checks that the record of message seq at index still reads back
+// where the server reads it from: an archive for a record at or before the
+// log's first index (compaction moved it there; the log's first record then
+// has a stale position), else the log, at the position the state holds.
 func (c *entityCheck) record(qn string, seq, idx uint64, pos log.Position, what string, types ...log.Type) {
-	if idx < c.first && c.archived {
-		return
+	check := func(file string, ev log.Event, err error, where string) {
+		switch {
+		case err != nil:
+			c.lg.eventf(file, idx, "queue %s: message %d needs %s at index %d, %s, which does not read back: %s", qn, seq, what, idx, where, archiveReason(err))
+		case !slices.Contains(types, ev.Type):
+			c.lg.eventf(file, idx, "queue %s: message %d needs %s at index %d, but that record is %s", qn, seq, what, idx, ev.Type)
+		}
+	}
+	if idx <= c.first {
+		for _, a := range c.archives {
+			if a.Has(idx) {
+				ev, err := a.Read(idx)
+				check(filepath.Base(a.Path()), ev, err, "in the archive")
+				return
+			}
+		}
 	}
 	if idx < c.first {
-		c.lg.eventf("", idx, "queue %s: message %d needs %s at index %d, but the log starts at %d", qn, seq, what, idx, c.first)
+		which := "no archive"
+		if c.unopened {
+			which = "no archive that opens"
+		}
+		c.lg.eventf("", idx, "queue %s: message %d needs %s at index %d, but the log starts at %d and %s holds it", qn, seq, what, idx, c.first, which)
 		return
 	}
 	if idx > c.lg.last {
 		c.lg.eventf("", idx, "queue %s: message %d needs %s at index %d, past the last readable record (%d)", qn, seq, what, idx, c.lg.last)
 		return
 	}
-	seg := segmentOf(c.ro, idx)
 	ev, err := c.ro.ReadAt(idx, pos)
-	var cerr *log.CorruptionError
-	if errors.As(err, &cerr) {
-		err = errors.New(cerr.Reason) // its location is the finding's
+	check(segmentOf(c.ro, idx), ev, err, fmt.Sprintf("offset %d", pos.Offset))
+}
+
+// archives checks the archives in dir, where compaction keeps the records
+// still needed from before the log's first index: each opens (its index and
+// its checksum), every record in it reads back (its block, the envelope's
+// checksum, decoding, the index it holds), and none is past the log's
+// first index (see pastLogStart). It returns the archives that open,
+// newest first, and whether any did not.
+func (v *verifier) archives(label, dir string, ro *log.ReadOnly, first uint64) (open []*log.Archive, unopened bool) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false
 	}
-	switch {
-	case err != nil:
-		c.lg.eventf(seg, idx, "queue %s: message %d needs %s at index %d, offset %d, which does not read back: %v", qn, seq, what, idx, pos.Offset, err)
-	case !slices.Contains(types, ev.Type):
-		c.lg.eventf(seg, idx, "queue %s: message %d needs %s at index %d, but that record is %s", qn, seq, what, idx, ev.Type)
+	if err != nil {
+		v.add(label, archiveDir, 0, "archive directory unreadable: %v", err)
+		return nil, true
+	}
+	var names []string
+	for _, ent := range ents {
+		switch name := ent.Name(); {
+		case ent.IsDir():
+		case strings.HasSuffix(name, ".wba"):
+			names = append(names, name)
+		case strings.HasSuffix(name, ".wba.tmp"):
+			v.add(label, name, 0, "an archive an interrupted compaction left unfinished (the server ignores it; walbus compact removes it)")
+		}
+	}
+	slices.Sort(names)
+	slices.Reverse(names)
+	for _, name := range names {
+		a, err := log.OpenArchive(filepath.Join(dir, name))
+		if err != nil {
+			v.add(label, name, 0, "archive unreadable: %s (the server does not open the entity)", archiveReason(err))
+			unopened = true
+			continue
+		}
+		open = append(open, a)
+		var bad []uint64
+		var reason string
+		for _, idx := range a.Indexes() {
+			if _, err := a.Read(idx); err != nil {
+				if len(bad) == 0 {
+					reason = archiveReason(err)
+				}
+				bad = append(bad, idx)
+			}
+		}
+		if len(bad) > 0 {
+			more := ""
+			if len(bad) > 1 {
+				more = fmt.Sprintf(" (and %s after it)", plural(len(bad)-1, "more record"))
+			}
+			v.add(label, name, bad[0], "archived record does not read back: %s%s", reason, more)
+		}
+		v.pastLogStart(label, name, a, ro, first)
+	}
+	return open, unopened
+}
+
+// pastLogStart checks the records archive a holds past the log's first
+// index. A compaction archives records below its cut, and the log keeps
+// one record before the cut (its first), which may be in both. When the
+// log's last segment is empty (it ends on a segment boundary) the log
+// keeps more than that, so more records are in both; that is no damage as
+// long as the copies are the same. A record the log does not hold, or
+// holds differently, is.
+func (v *verifier) pastLogStart(label, name string, a *log.Archive, ro *log.ReadOnly, first uint64) {
+	if first == 0 || a.Last() <= first {
+		return
+	}
+	idxs := a.Indexes()
+	past := idxs[sort.Search(len(idxs), func(i int) bool { return idxs[i] > first }):]
+	inLog := make(map[uint64][]byte, len(past))
+	want := make(map[uint64]bool, len(past))
+	for _, idx := range past {
+		want[idx] = true
+	}
+	scanErr := ro.Scan(past[0], past[len(past)-1], func(ev *log.Event) error {
+		if want[ev.Index] {
+			inLog[ev.Index] = log.AppendRecord(nil, ev)
+		}
+		return nil
+	})
+	var differs, missing []uint64
+	for _, idx := range past {
+		ev, err := a.Read(idx)
+		switch rec, ok := inLog[idx]; {
+		case err != nil: // reported with the archive's records
+		case !ok && scanErr == nil:
+			missing = append(missing, idx)
+		case !ok: // damage in the log (reported with it) hides whether it holds the record
+		case !bytes.Equal(rec, log.AppendRecord(nil, &ev)):
+			differs = append(differs, idx)
+		}
+	}
+	if len(missing) > 0 {
+		v.add(label, name, missing[0], "archive holds %s past the log's first index %d that the log does not hold (the first at %d): a compaction archives only records before the log's start",
+			plural(len(missing), "record"), first, missing[0])
+	}
+	if len(differs) > 0 {
+		v.add(label, name, differs[0], "archive holds %s the log holds too (the first at %d), and the copies differ",
+			plural(len(differs), "record"), differs[0])
 	}
 }
 

@@ -15,20 +15,21 @@ import (
 
 // toolsCmd runs one of the offline log tools (replay, audit, state, verify,
 // dump) on a data directory. The server must be stopped; the tools never
-// change the directory. Exit status: 0 done (verify: clean), 1 a problem
-// found (verify: findings; the others: a damaged log, read as far as it
-// goes, or nothing to show), 2 bad usage or no data directory.
+// change the directory, nor take its lock. Exit status: 0 done (verify:
+// clean), 1 a problem found (verify: findings; the others: a damaged log or
+// archive, read as far as it goes, or nothing to show), 2 bad usage, or no
+// data directory (or --retained directory).
 func toolsCmd(name string, args []string) int {
 	return runTool(name, args, os.Stdout, os.Stderr)
 }
 
 // toolUsage is each tool's one-line synopsis.
 var toolUsage = map[string]string{
-	"replay": "walbus replay [--data DIR] [--entity NAME] [--from SEQ|TIME] [--to SEQ|TIME] [--type TYPES] [--format text|json] [--bodies]",
-	"audit":  "walbus audit [--data DIR] --entity NAME (--seq N | --message-id ID) [--format text|json]",
+	"replay": "walbus replay [--data DIR] [--entity NAME] [--from SEQ|TIME] [--to SEQ|TIME] [--type TYPES] [--retained DIR] [--format text|json] [--bodies]",
+	"audit":  "walbus audit [--data DIR] --entity NAME (--seq N | --message-id ID) [--retained DIR] [--format text|json]",
 	"state":  "walbus state [--data DIR] --entity NAME [--at SEQ|TIME] [--max N] [--format text|json]",
 	"verify": "walbus verify [--data DIR] [--format text|json]",
-	"dump":   "walbus dump [--data DIR] [--entity NAME] [--format text|json]",
+	"dump":   "walbus dump [--data DIR] [--entity NAME] [--retained DIR] [--format text|json]",
 }
 
 var toolHelp = map[string]string{
@@ -36,21 +37,38 @@ var toolHelp = map[string]string{
 one entity with --entity). SEQ is a log index (of each log), TIME is RFC 3339.
 TYPES is a comma-separated list of event types: ` + typeNames() + `.
 The deliveries field is the message's count of failed delivery attempts
-after the event.`,
+after the event.
+
+After walbus compact, an entity's records from before its log's start that
+are still needed live in its archives: they come first, in index order,
+marked source=archive (JSON: "source": "archive"; log records say "log").
+The history a compaction dropped is missing, and delivery counts start after
+the last gap. --retained DIR adds the history walbus compact --retain DIR
+kept (source=retained), so the whole history reads as if never compacted.`,
 	"audit": `Prints the whole life of a message: enqueue or schedule, activation, every
 lock, renewal, abandon, lock expiry, deferral, dead-lettering, and its end or
 where it stands now, with the time between steps. --seq takes any number the
-message had; --message-id audits every message that carried the id.`,
+message had; --message-id audits every message that carried the id.
+
+A message older than a compaction shows the steps kept (its records in the
+archive, then the log's) and says what was compacted away in between;
+--retained DIR reads those steps from the history walbus compact --retain
+DIR kept.`,
 	"state": `Rebuilds an entity's state as the server would (newest usable snapshot,
 then the log) and prints its counts, oldest messages, locks and sessions.
---at shows the state as it stood at a log index or time.`,
-	"verify": `Checks every log and snapshot: record checksums in every segment, missing
-or overlapping segments, event decoding, that events apply, the state's
-invariants, and that each snapshot equals the replay of the log. Prints one
+--at shows the state as it stood at a log index or time. A message record
+from before the log's start is read from the entity's archives.`,
+	"verify": `Checks every log, snapshot and archive: record checksums in every segment,
+missing or overlapping segments, event decoding, that events apply, the
+state's invariants, that each snapshot equals the replay of the log, that
+every archive opens and every record in it reads back, and that each record
+the state needs from before the log's start is in an archive. Prints one
 finding per line as entity/file/index: problem. Exit status 0 when clean,
 1 with findings.`,
-	"dump": `Lists each log's segment files (size, index range, records by type) and
-each entity's snapshots (index, size, raw size, compression ratio).`,
+	"dump": `Lists each log's segment files (size, index range, records by type), each
+entity's snapshots (index, size, raw size, compression ratio) and archives
+(records, index range, size, raw size, ratio, records by type). --retained
+DIR lists the history files walbus compact --retain DIR kept, too.`,
 }
 
 func typeNames() string {
@@ -63,19 +81,20 @@ func typeNames() string {
 
 // toolFlags are the flags the tools share.
 type toolFlags struct {
-	fs      *flag.FlagSet
-	data    string
-	entity  string
-	format  string
-	bodies  bool
-	bodyMax int
-	from    string
-	to      string
-	types   string
-	seq     uint64
-	msgID   string
-	at      string
-	max     int
+	fs       *flag.FlagSet
+	data     string
+	entity   string
+	format   string
+	bodies   bool
+	bodyMax  int
+	from     string
+	to       string
+	types    string
+	seq      uint64
+	msgID    string
+	at       string
+	max      int
+	retained string
 }
 
 func newToolFlags(name string, stderr io.Writer) *toolFlags {
@@ -92,6 +111,10 @@ func newToolFlags(name string, stderr io.Writer) *toolFlags {
 	}
 	fs.StringVar(&f.data, "data", data, "data directory (also WALBUS_DATA); the server must be stopped")
 	fs.StringVar(&f.format, "format", "text", "output format: text or json")
+	switch name {
+	case "replay", "audit", "dump":
+		fs.StringVar(&f.retained, "retained", "", "a directory walbus compact --retain wrote history to: read it too")
+	}
 	switch name {
 	case "replay":
 		fs.StringVar(&f.entity, "entity", "", "only this entity's log (default: the namespace log, then every entity)")
@@ -145,6 +168,15 @@ func runTool(name string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "walbus %s: data directory: %v\n", name, err)
 		return 2
 	}
+	if f.retained != "" {
+		if fi, err := os.Stat(f.retained); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = fmt.Errorf("%s is not a directory", f.retained)
+			}
+			fmt.Fprintf(stderr, "walbus %s: retained directory: %v\n", name, err)
+			return 2
+		}
+	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "walbus %s: %v\n", name, err)
 		return 1
@@ -152,7 +184,8 @@ func runTool(name string, args []string, stdout, stderr io.Writer) int {
 	asJSON := f.format == "json"
 	switch name {
 	case "replay":
-		opts := tools.ReplayOptions{Entity: f.entity, JSON: asJSON, Bodies: f.bodies, BodyMax: f.bodyMax, Diag: stderr}
+		opts := tools.ReplayOptions{Entity: f.entity, JSON: asJSON, Bodies: f.bodies, BodyMax: f.bodyMax, Diag: stderr,
+			Retained: f.retained}
 		var err error
 		if f.from != "" {
 			if opts.From, err = tools.ParsePoint(f.from); err != nil {
@@ -180,7 +213,7 @@ func runTool(name string, args []string, stdout, stderr io.Writer) int {
 		if (f.seq == 0) == (f.msgID == "") {
 			return usageErr("give --seq or --message-id (one of them)")
 		}
-		lives, err := tools.Audit(f.data, f.entity, tools.AuditOptions{Seq: f.seq, MessageID: f.msgID})
+		lives, err := tools.Audit(f.data, f.entity, tools.AuditOptions{Seq: f.seq, MessageID: f.msgID, Retained: f.retained})
 		if err != nil {
 			return fail(err)
 		}
@@ -243,7 +276,7 @@ func runTool(name string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, "clean")
 		}
 	case "dump":
-		rep, err := tools.Dump(f.data, f.entity)
+		rep, err := tools.Dump(f.data, tools.DumpOptions{Entity: f.entity, Retained: f.retained})
 		if err != nil {
 			return fail(err)
 		}

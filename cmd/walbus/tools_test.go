@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
+	"github.com/walbus/walbus/tools/compaction"
 )
 
 // toolData writes a data directory with one queue: two messages, the
@@ -174,6 +176,118 @@ func TestToolVerifyFindings(t *testing.T) {
 	for _, args := range [][]string{{"state", "--entity", "orders"}, {"audit", "--entity", "orders", "--seq", "2"}, {"replay"}} {
 		if code, out, errOut := runToolT(args[0], append(args[1:], "--data", data)...); code != 1 || out == "" || errOut == "" {
 			t.Errorf("%v on a corrupt log: exit %d\nstdout: %s\nstderr: %s", args, code, out, errOut)
+		}
+	}
+}
+
+// compactedToolData writes a queue whose first message is deferred, then
+// forty more completed over small segments, and compacts it keeping the
+// dropped history: the data directory and the history's.
+func compactedToolData(t *testing.T) (data, retained string) {
+	t.Helper()
+	data, retained = t.TempDir(), filepath.Join(t.TempDir(), "history")
+	clock := broker.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	b, _, err := broker.Open(broker.Options{Dir: data, Clock: clock, Seed: 1, SegmentSize: 2 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := b.CreateQueue("orders", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliveries := make(chan broker.Delivery, 1)
+	r, err := q.Attach(broker.ReceiverOptions{Name: "r", Deliver: func(d broker.Delivery) { deliveries <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 41 {
+		sent := make(chan error, 1)
+		q.Send(log.MainQueue, []projection.Message{{MessageID: fmt.Sprint("m-", i), Body: bytes.Repeat([]byte("b"), 100)}},
+			func(err error) { sent <- err })
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+		r.SetLimit(uint64(i + 1))
+		d := <-deliveries
+		outcome := projection.Complete
+		if i == 0 {
+			outcome = projection.Defer
+		}
+		done := make(chan error, 1)
+		q.Settle(log.MainQueue, broker.Settlement{Token: d.Token, Outcome: outcome}, func(err error) { done <- err })
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reps, err := compaction.Compact(data, compaction.Options{Retain: retained})
+	if err != nil || len(reps) != 1 || reps[0].Archived == 0 || reps[0].Retained == "" {
+		t.Fatalf("compact: %+v %v", reps, err)
+	}
+	return data, retained
+}
+
+// The tools on a compacted directory: archived records replayed and
+// marked, --retained for replay, audit and dump, and a clean verify; a
+// --retained directory that does not exist is the user's mistake.
+func TestToolCommandsCompacted(t *testing.T) {
+	data, retained := compactedToolData(t)
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		want []string // in stdout
+	}{
+		{"replay", []string{"--data", data, "--entity", "orders", "--to", "3"}, 0, []string{"id=m-0 size=100 source=archive"}},
+		{"replay", []string{"--data", data, "--entity", "orders", "--to", "3", "--retained", retained, "--format", "json"}, 0,
+			[]string{`"source":"retained","index":1,`, `"source":"archive","index":2,`, `"source":"retained","index":3,`, `"deliveries":0`}},
+		{"audit", []string{"--data", data, "--entity", "orders", "--seq", "2"}, 0, []string{"[archived]", "was compacted away", "now: deferred in main"}},
+		{"audit", []string{"--data", data, "--entity", "orders", "--seq", "2", "--retained", retained}, 0, []string{"[retained history]", "deferred: now received only by its SequenceNumber"}},
+		{"state", []string{"--data", data, "--entity", "orders"}, 0, []string{"oldest message seq 2 id m-0 (archived in arc-"}},
+		{"verify", []string{"--data", data}, 0, []string{"clean"}},
+		{"dump", []string{"--data", data, "--retained", retained}, 0, []string{"archive ", "arc-0", "retained history", "history-0"}},
+		{"dump", []string{"--data", data, "--format", "json"}, 0, []string{`"archives":[{"name":"arc-`}},
+		{"replay", []string{"--data", data, "--retained", filepath.Join(retained, "nope")}, 2, nil},
+		{"audit", []string{"--data", data, "--entity", "orders", "--seq", "2", "--retained", filepath.Join(retained, "nope")}, 2, nil},
+	} {
+		code, out, errOut := runToolT(c.name, c.args...)
+		if code != c.code {
+			t.Errorf("%s %v: exit %d, want %d\nstdout: %s\nstderr: %s", c.name, c.args, code, c.code, out, errOut)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s %v: output lacks %q:\n%s", c.name, c.args, w, out)
+			}
+		}
+	}
+	// A damaged archive: verify finds it, replay reads what it can and fails.
+	arcs, err := filepath.Glob(filepath.Join(data, "entities", "*", "archive", "*.wba"))
+	if err != nil || len(arcs) != 1 {
+		t.Fatalf("archives %v: %v", arcs, err)
+	}
+	b, err := os.ReadFile(arcs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(arcs[0], b[:len(b)-1], 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := runToolT("verify", "--data", data); code != 1 || !strings.Contains(out, "orders/"+filepath.Base(arcs[0])+"/-: archive unreadable") {
+		t.Errorf("verify of a damaged archive: exit %d\n%s", code, out)
+	}
+	if code, out, errOut := runToolT("replay", "--data", data, "--entity", "orders"); code != 1 || out == "" || !strings.Contains(errOut, "unreadable") {
+		t.Errorf("replay with a damaged archive: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+}
+
+func TestToolHelpMentionsRetained(t *testing.T) {
+	for _, name := range []string{"replay", "audit", "dump"} {
+		_, _, errOut := runToolT(name, "--help")
+		if !strings.Contains(errOut, "--retained DIR") || !strings.Contains(errOut, "-retained string") {
+			t.Errorf("%s --help:\n%s", name, errOut)
 		}
 	}
 }

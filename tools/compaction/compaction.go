@@ -150,16 +150,20 @@ func compactEntity(e EntityDir, opts Options) (Report, error) {
 		rep.Note, rep.BytesAfter = "the log has one segment and no archive: nothing to compact", rep.BytesBefore
 		return rep, nil
 	}
-	// The cut is the start of the last segment: the segment being written
-	// is never touched, so a log of one segment only has its archives
-	// compacted.
-	cut := segs[len(segs)-1].First
-
 	l, _, err := log.Open(logDir, log.Options{})
 	if err != nil {
 		return rep, err
 	}
 	defer l.Close()
+	// The cut is the start of the last segment that holds records (a log
+	// that ended exactly at a segment's size has an empty one after it):
+	// the segment being written is never touched, so a log of one segment
+	// only has its archives compacted.
+	cut := segs[len(segs)-1].First
+	if cut > l.LastIndex() && len(segs) > 1 {
+		cut = segs[len(segs)-2].First
+	}
+	cut = max(cut, l.FirstIndex())
 	st, _, err := snapshot.Rebuild(snapDir, l)
 	if err != nil {
 		return rep, err

@@ -518,3 +518,71 @@ func TestServerTruncatesPastArchivedMessages(t *testing.T) {
 		t.Fatalf("received %d of %d deferred messages", len(ds), len(deferred))
 	}
 }
+
+// A log that ended exactly at a segment's size has an empty last segment.
+// The cut is then the start of the segment before it: the log keeps its
+// records from the cut on (and the one record before it), and what the
+// report counts as dropped is what left the directory.
+func TestCompactLogEndingOnASegmentBoundary(t *testing.T) {
+	h := newHistory(t, projection.DefaultConfig(), 8<<10, 9)
+	logDir := filepath.Join(h.dir, "log")
+	lastEmpty := func() (bool, int) {
+		files, err := os.ReadDir(logDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := files[len(files)-1].Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size() == 0, len(files)
+	}
+	// An early deferred message pins the front.
+	h.do(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{message(0, 100)}})
+	ev := h.do(projection.Lock{Queue: log.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0)})[0]
+	h.do(projection.Settle{Queue: log.MainQueue, Token: ev.Token, Outcome: projection.Defer})
+	for i := uint64(1); ; i++ {
+		h.do(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{message(i, 300)}})
+		ev := h.do(projection.Lock{Queue: log.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0)})[0]
+		h.do(projection.Settle{Queue: log.MainQueue, Token: ev.Token, Outcome: projection.Complete})
+		h.sync()
+		if empty, files := lastEmpty(); empty && files >= 4 {
+			break
+		}
+	}
+	last := h.l.LastIndex()
+	h.close()
+	if empty, _ := lastEmpty(); !empty {
+		t.Fatal("the log does not end on a segment boundary")
+	}
+	want := peekAll(t, h.data, h.now)
+	reports, err := compaction.Compact(h.data, compaction.Options{Retain: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := reports[0]
+	if rep.Cut == 0 || rep.Cut > last {
+		t.Fatalf("cut %d past the last record %d", rep.Cut, last)
+	}
+	sameView(t, "after compaction", want, peekAll(t, h.data, h.now))
+	ro, err := log.OpenReadOnly(logDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := ro.Segments()[0].First
+	ro.Close()
+	if first != rep.Cut-1 {
+		t.Fatalf("the log starts at %d after a cut at %d", first, rep.Cut)
+	}
+	hist, err := log.OpenArchive(rep.Retained)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hist.Close()
+	// The log keeps the record before the cut (tidwall's truncation needs
+	// one); dead, it is in the history too.
+	if hist.Last() >= rep.Cut || hist.Len() != rep.Dropped {
+		t.Fatalf("history holds %d records up to %d, the report says %d dropped, the log starts at %d",
+			hist.Len(), hist.Last(), rep.Dropped, first)
+	}
+}

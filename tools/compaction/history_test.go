@@ -125,6 +125,18 @@ func (h *history) do(cmd projection.Command) []log.Event {
 
 func (h *history) advance(d time.Duration) { h.now += int64(d) }
 
+// sync waits until everything appended is written.
+func (h *history) sync() {
+	h.t.Helper()
+	done := make(chan error, 1)
+	if _, err := h.l.Append(nil, func(err error) { done <- err }); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 // message is a bare AMQP message (a data section) whose bytes say which
 // message it is, so a mix-up shows.
 func message(id uint64, size int) projection.Message {
