@@ -243,12 +243,7 @@ func runTool(name string, args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(err)
 		}
-		if asJSON {
-			err = writeJSON(stdout, rep)
-		} else {
-			err = rep.WriteText(stdout)
-		}
-		if err != nil {
+		if err := writeReport(stdout, asJSON, rep); err != nil {
 			return fail(err)
 		}
 		if rep.Damaged {
@@ -280,16 +275,19 @@ func runTool(name string, args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(err)
 		}
-		if asJSON {
-			err = writeJSON(stdout, rep)
-		} else {
-			err = rep.WriteText(stdout)
-		}
-		if err != nil {
+		if err := writeReport(stdout, asJSON, rep); err != nil {
 			return fail(err)
 		}
 	}
 	return 0
+}
+
+// writeReport writes a tool's report as JSON or as text for people.
+func writeReport(w io.Writer, asJSON bool, rep interface{ WriteText(io.Writer) error }) error {
+	if asJSON {
+		return writeJSON(w, rep)
+	}
+	return rep.WriteText(w)
 }
 
 func writeJSON(w io.Writer, v any) error {
