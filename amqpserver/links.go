@@ -1,7 +1,6 @@
 package amqpserver
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -70,7 +69,9 @@ type senderLink struct {
 func (sl *senderLink) Detached(*transport.Link, *frames.Error) {}
 
 func (sl *senderLink) Deliver(d transport.Delivery) {
-	msgs, err := inbound(bytes.Clone(d.Payload), d.MessageFormat)
+	// The messages alias the transport's buffer, which is reused once
+	// Deliver returns; inbound copies what it keeps.
+	msgs, err := inbound(d.Payload, d.MessageFormat)
 	if err != nil {
 		d.Settle(&frames.Rejected{Error: &frames.Error{Condition: condDecodeError, Description: err.Error()}})
 		return
@@ -131,7 +132,12 @@ func (cs *connState) attachReceiver(l *transport.Link, address string) {
 	wait := cs.s.cfg.SessionWait
 	if v, found := a.Properties.Get(timeoutProp); found {
 		if ms, isNum := asInt64(v); isNum && ms > 0 {
-			wait = time.Duration(ms) * time.Millisecond
+			// The client's own deadline follows its timeout closely (the
+			// Go SDK asks for its deadline less at most 100 ms): answer a
+			// little early, so the timeout reaches it before the deadline
+			// does, even on a busy machine.
+			asked := time.Duration(ms) * time.Millisecond
+			wait = asked - min(asked/10, time.Second)
 		}
 	}
 	if wanted != "" {
@@ -192,6 +198,7 @@ type receiverLink struct {
 	unsettled map[uint32]log.LockToken // delivery-id -> lock, peek-lock deliveries not yet settled
 	held      []broker.Delivery        // deliveries waiting for credit
 	closed    bool
+	scratch   []byte // the payload being sent; Send copies it out
 }
 
 // accept answers the attach and starts receiving with the credit the
@@ -240,7 +247,10 @@ func (rl *receiverLink) deliver(d broker.Delivery) {
 func (rl *receiverLink) sendHeld() {
 	for len(rl.held) > 0 && !rl.closed {
 		d := &rl.held[0]
-		payload, err := outbound(nil, d)
+		payload, err := outbound(rl.scratch[:0], d)
+		if cap(payload) <= maxScratch {
+			rl.scratch = payload
+		}
 		if err != nil {
 			rl.cs.s.logger.Error("cannot encode a delivery", "entity", rl.e.Name(), "seq", d.Seq, "err", err)
 			rl.l.Close(&frames.Error{Condition: condInternal, Description: "cannot encode a delivery"})

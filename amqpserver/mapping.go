@@ -1,6 +1,7 @@
 package amqpserver
 
 import (
+	"bytes"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -42,9 +43,14 @@ const (
 // errBadMessage wraps a transfer that is not a valid AMQP message.
 var errBadMessage = errors.New("the message is not a valid AMQP message")
 
+// maxScratch is the largest encoding buffer a receive link keeps between
+// deliveries.
+const maxScratch = 1 << 20
+
 // inbound turns a transfer's payload into the messages to store: one, or
 // with the batch message format each inner message. A message without a
 // message-id gets one (Service Bus assigns an id when the client sends none).
+// The messages' bodies are the broker's own: payload may be reused after.
 func inbound(payload []byte, format uint32) ([]projection.Message, error) {
 	if format != frames.MessageFormatBatch {
 		m, err := inboundOne(payload)
@@ -88,6 +94,7 @@ func inboundOne(raw []byte) (projection.Message, error) {
 		}
 	} else {
 		id = string(props.MessageID.AppendText(nil))
+		raw = bytes.Clone(raw)
 	}
 	m := projection.Message{Body: raw, MessageID: id, SessionID: string(props.GroupID)}
 	hdr, err := s.ReadHeader()

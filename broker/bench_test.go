@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,4 +67,78 @@ func BenchmarkRestart1M(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(took.Seconds()/float64(b.N), "s/restart")
+}
+
+// cpuTime is the process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkSendReceiveComplete measures the broker core without AMQP: 64
+// single 1 KB sends in flight (durable, fsync always), one peek-lock
+// receiver with 256 credit that completes every message. It reports the
+// process CPU per message (all goroutines, the benchmark's own included).
+func BenchmarkSendReceiveComplete(b *testing.B) {
+	for _, sync := range []log.SyncPolicy{log.SyncAlways, log.SyncNone} {
+		for _, seg := range []int{1 << 20, 2 << 20, 8 << 20} {
+			b.Run(fmt.Sprintf("%s/seg=%dMiB", sync, seg>>20), func(b *testing.B) {
+				br := openBench(b, Options{Dir: b.TempDir(), Sync: sync, SegmentSize: seg})
+				e, err := br.CreateQueue("q", projection.DefaultConfig())
+				if err != nil {
+					b.Fatal(err)
+				}
+				deliveries := make(chan Delivery, 1024)
+				r, err := e.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { deliveries <- d }})
+				if err != nil {
+					b.Fatal(err)
+				}
+				const credit = 256
+				r.SetLimit(credit)
+				done := make(chan struct{})
+				go func() { // the receiver: complete each message, top up credit
+					defer close(done)
+					settled := make(chan error, credit)
+					for n := 1; n <= b.N; n++ {
+						d := <-deliveries
+						e.Settle(log.MainQueue, Settlement{Token: d.Token, Outcome: projection.Complete}, func(err error) { settled <- err })
+						if n%64 == 0 {
+							for range 64 {
+								if err := <-settled; err != nil {
+									b.Error(err)
+								}
+							}
+							r.SetLimit(uint64(n + credit))
+						}
+					}
+				}()
+				body := make([]byte, 1024)
+				inflight := make(chan struct{}, 64)
+				cpu0 := cpuTime()
+				b.ResetTimer()
+				for range b.N {
+					inflight <- struct{}{}
+					e.Send(log.MainQueue, []projection.Message{{Body: body}}, func(err error) {
+						if err != nil {
+							b.Error(err)
+						}
+						<-inflight
+					})
+				}
+				<-done
+				b.StopTimer()
+				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N)/1e3, "cpu-µs/msg")
+				br.Close()
+			})
+		}
+	}
+}
+
+func openBench(b *testing.B, opts Options) *Broker {
+	br, _, err := Open(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return br
 }
