@@ -42,7 +42,9 @@ type Options struct {
 	// log since the last one, whichever comes first.
 	SnapshotEvery int
 	SnapshotBytes int64
-	// CacheBytes is each entity's budget for message bodies kept in memory.
+	// CacheBytes is each entity's budget for message records kept in memory
+	// (default 8 MiB): messages delivered soon after they were sent are
+	// served from it, older ones are read from the log.
 	CacheBytes int64
 	// Seed, if not 0, makes lock tokens reproducible (tests only).
 	Seed uint64
@@ -74,7 +76,7 @@ func (o Options) withDefaults() Options {
 		o.SnapshotBytes = 256 << 20
 	}
 	if o.CacheBytes <= 0 {
-		o.CacheBytes = 32 << 20
+		o.CacheBytes = 8 << 20
 	}
 	return o
 }

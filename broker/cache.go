@@ -1,6 +1,10 @@
 package broker
 
-import "github.com/walbus/walbus/log"
+import (
+	"reflect"
+
+	"github.com/walbus/walbus/log"
+)
 
 // bodyCache keeps recent records that hold messages or their overlays in
 // memory, so the common case (a message delivered soon after it was sent)
@@ -20,7 +24,11 @@ func newBodyCache(budget int64) *bodyCache {
 	return &bodyCache{budget: budget, recs: make(map[uint64]log.Event)}
 }
 
-func cost(ev *log.Event) int64 { return int64(len(ev.Message)+len(ev.Props)) + 96 }
+// entryOverhead is what an entry costs beside its bytes: the event itself,
+// its map slot and its place in order.
+var entryOverhead = int64(reflect.TypeFor[log.Event]().Size()) + 32
+
+func cost(ev *log.Event) int64 { return int64(len(ev.Message)+len(ev.Props)) + entryOverhead }
 
 func (c *bodyCache) get(index uint64) (log.Event, bool) {
 	ev, ok := c.recs[index]

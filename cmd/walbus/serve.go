@@ -40,7 +40,7 @@ type serveOptions struct {
 	noDefaultKey, httpTLS, pprof                                 bool
 	limits                                                       transport.Config
 	maxFrameSize, maxMessageSize                                 int
-	segmentSize                                                  int
+	segmentSize, cacheSize                                       int
 	authTimeout                                                  time.Duration
 	shutdownTimeout                                              time.Duration
 }
@@ -91,7 +91,8 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.IntVar(&o.limits.MaxSessions, "max-sessions", 1024, "most sessions per connection (channel-max + 1)")
 	fs.IntVar(&o.limits.MaxLinksPerSession, "max-links", 1024, "most links per session (handle-max + 1)")
 	fs.Var(byteSize{&o.maxFrameSize}, "max-frame-size", "largest AMQP frame, e.g. 256KiB")
-	o.segmentSize = 8 << 20
+	o.segmentSize, o.cacheSize = 8<<20, 8<<20
+	fs.Var(byteSize{&o.cacheSize}, "cache-size", "each queue's budget for recent messages kept in memory, e.g. 8MiB (older ones are read from the log)")
 	fs.Var(byteSize{&o.segmentSize}, "segment-size", "size at which a log segment file is closed and the next begins, e.g. 8MiB")
 	fs.Var(byteSize{&o.maxMessageSize}, "max-message-size", "largest message a link carries, e.g. 1MiB (up to 100MiB; entities may be lower)")
 	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", 60*time.Second, "close connections silent this long (half is advertised)")
@@ -205,6 +206,9 @@ func parseServe(args []string) (*serveOptions, error) {
 	}
 	if o.maxMessageSize > 100<<20 || o.maxMessageSize < 1 {
 		return nil, errors.New("--max-message-size is 1 byte to 100MiB")
+	}
+	if o.cacheSize < 0 {
+		return nil, errors.New("--cache-size cannot be negative")
 	}
 	if o.segmentSize < 4<<10 || o.segmentSize > 1<<30 {
 		return nil, errors.New("--segment-size is 4KiB to 1GiB")
@@ -325,7 +329,7 @@ func serve(args []string) int {
 	}
 
 	policy, _ := log.ParseSyncPolicy(o.sync)
-	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, Logger: logger,
+	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, CacheBytes: int64(o.cacheSize), Logger: logger,
 		OnCommit: metrics.ObserveCommit, OnSnapshot: metrics.ObserveSnapshot})
 	if err != nil {
 		logger.Error("cannot start", "err", err)
