@@ -89,10 +89,29 @@ type Errors struct {
 	First   []string `json:"first,omitempty"`
 }
 
-// Failed says the run had errors beyond the warm-up's tolerance.
-func (r *Result) Failed() bool {
+// Failed says the run had errors beyond the warm-up's tolerance, or its
+// measured window saw no messages where it should have: a client that
+// keeps retrying a broker that is gone may report no error at all.
+func (r *Result) Failed() bool { return r.Problem() != "" }
+
+// Problem says why the run failed, or "" if it did not.
+func (r *Result) Problem() string {
 	e := r.Errors
-	return e.Send+e.Receive+e.Settle > 0 || e.Warmup > warmupErrorTolerance
+	switch {
+	case e.Send+e.Receive+e.Settle > 0 || e.Warmup > warmupErrorTolerance:
+		msg := fmt.Sprintf("errors: %d send, %d receive, %d complete, %d in the warm-up", e.Send, e.Receive, e.Settle, e.Warmup)
+		if len(e.First) > 0 {
+			msg += "; first: " + strings.Join(e.First, "; ")
+		}
+		return msg
+	case r.MeasuredSeconds == 0:
+		return ""
+	case r.Senders > 0 && r.Sent == 0:
+		return "no message was sent in the measured window"
+	case r.Receivers > 0 && r.Received == 0:
+		return "no message was received in the measured window"
+	}
+	return ""
 }
 
 // Behind says paced senders fell more than 5% short of --rate.

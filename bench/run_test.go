@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,5 +157,53 @@ func TestRunDrainsEarlierMessages(t *testing.T) {
 	// the one batch of 20 in flight when the window closed.
 	if drain.Received > fill.Sent+20 {
 		t.Fatalf("drained %d, more than the %d sent", drain.Received, fill.Sent)
+	}
+}
+
+// A run that cannot reach its queue fails at the start, for senders and
+// receivers of both clients, instead of measuring nothing.
+func TestRunRefusesAMissingQueue(t *testing.T) {
+	addr := startWalbus(t, "q")
+	conn := fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s;UseDevelopmentEmulator=true", addr, emulatorKeyName, emulatorKey)
+	url := fmt.Sprintf("amqp://%s:%s@%s", emulatorKeyName, emulatorKey, addr)
+	for name, args := range map[string][]string{
+		"sdk sender":    {"--client", "sdk", "--conn-string", conn, "--receivers", "0"},
+		"sdk receiver":  {"--client", "sdk", "--conn-string", conn, "--senders", "0"},
+		"amqp sender":   {"--url", url, "--receivers", "0"},
+		"amqp receiver": {"--url", url, "--senders", "0"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := ParseArgs(append([]string{"--queue", "nosuchqueue", "--warmup", "0s", "--duration", "500ms"}, args...), os.Stderr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if res, err := Run(ctx, cfg, nil); err == nil {
+				t.Fatalf("ran against a missing queue: %+v", res)
+			}
+		})
+	}
+}
+
+// A window in which receivers saw nothing is a failed run, even with no
+// errors counted: the SDK retries a broker that has gone away silently.
+func TestResultWithNothingReceivedFails(t *testing.T) {
+	res := &Result{Senders: 0, Receivers: 2, MeasuredSeconds: 1}
+	if !res.Failed() || res.Problem() == "" {
+		t.Fatal("a receive-only run that received nothing passed")
+	}
+	res.Received = 1
+	if res.Failed() {
+		t.Fatalf("a run that received passed as failed: %s", res.Problem())
+	}
+	res = &Result{Senders: 1, MeasuredSeconds: 1}
+	if !res.Failed() {
+		t.Fatal("a send-only run that sent nothing passed")
+	}
+	res.Errors.Send = 1
+	res.Sent = 10
+	if p := res.Problem(); !strings.Contains(p, "1 send") {
+		t.Fatalf("problem %q does not count the send error", p)
 	}
 }

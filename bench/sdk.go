@@ -126,6 +126,12 @@ func (d *sdkDriver) newReceiver(ctx context.Context) (msgReceiver, error) {
 	if err != nil {
 		return nil, err
 	}
+	// As for senders: a peek connects, authorises and attaches the
+	// receiver's links now. Without it a missing queue or a Send-only key
+	// would only show as receive calls that the SDK keeps retrying.
+	if _, err := r.PeekMessages(ctx, 1, nil); err != nil {
+		return nil, fmt.Errorf("connect receiver: %w", err)
+	}
 	return &sdkReceiver{d: d, r: r}, nil
 }
 

@@ -40,11 +40,8 @@ func benchCmd(args []string) int {
 		fmt.Fprintln(os.Stderr, "walbus bench:", err)
 		return 1
 	}
-	if res.Failed() {
-		fmt.Fprintln(os.Stderr, "walbus bench: operations failed:")
-		for _, msg := range res.Errors.First {
-			fmt.Fprintln(os.Stderr, " ", msg)
-		}
+	if problem := res.Problem(); problem != "" {
+		fmt.Fprintln(os.Stderr, "walbus bench: failed:", problem)
 		return 1
 	}
 	return 0
