@@ -131,7 +131,7 @@ func (s *Server) ConnectionOpened(c *transport.Conn) *frames.Error {
 	cs := state(c)
 	cs.conn = c
 	s.conns.Add(1)
-	s.logger.Info("connection opened", "conn", c.ID(), "peer", c.Info().RemoteAddr)
+	s.logger.Info("connection opened", "conn", c.ID(), "peer", c.Info().Peer())
 	cs.authTimer = time.AfterFunc(s.cfg.AuthTimeout, func() {
 		if !cs.claims.any(s.cfg.Now()) {
 			c.Close(&frames.Error{Condition: condUnauthorized,
@@ -148,7 +148,7 @@ func (s *Server) ConnectionClosed(c *transport.Conn, err error) {
 		cs.authTimer.Stop()
 	}
 	cs.stopExpiry()
-	s.logger.Info("connection closed", "conn", c.ID(), "peer", c.Info().RemoteAddr, "reason", errString(err))
+	s.logger.Info("connection closed", "conn", c.ID(), "peer", c.Info().Peer(), "reason", errString(err))
 }
 
 // state returns the connection's Service Bus state. Connections that skip

@@ -149,7 +149,7 @@ func (c *Conn) closeWith(err *frames.Error) {
 	c.state = stateClosing
 	c.closeErr = err
 	if err != nil {
-		c.cfg.Logger.Info("amqp connection closing", "conn", c.id, "remote", c.info.RemoteAddr, "condition", err.Condition, "description", err.Description)
+		c.cfg.Logger.Info("amqp connection closing", "conn", c.id, "remote", c.info.Peer(), "condition", err.Condition, "description", err.Description)
 	}
 	c.appendClose(err)
 	c.closeDeadline = time.Now().Add(c.cfg.CloseTimeout)
@@ -190,7 +190,7 @@ func (c *Conn) serve() error {
 
 // abort ends a connection that never got past the handshake.
 func (c *Conn) abort(err error) error {
-	c.cfg.Logger.Debug("amqp handshake failed", "conn", c.id, "remote", c.info.RemoteAddr, "err", err)
+	c.cfg.Logger.Debug("amqp handshake failed", "conn", c.id, "remote", c.info.Peer(), "err", err)
 	_ = c.nc.Close()
 	c.err = err
 	close(c.done)
@@ -237,7 +237,7 @@ func (c *Conn) teardown(cause error) error {
 	if c.opened {
 		c.srv.handler.ConnectionClosed(c, c.err)
 	}
-	c.cfg.Logger.Debug("amqp connection closed", "conn", c.id, "remote", c.info.RemoteAddr, "err", c.err)
+	c.cfg.Logger.Debug("amqp connection closed", "conn", c.id, "remote", c.info.Peer(), "err", c.err)
 	close(c.done)
 	return c.err
 }

@@ -85,6 +85,14 @@ type ConnInfo struct {
 	TLS *tls.ConnectionState
 }
 
+// Peer is the remote address as text, for logs ("" if unknown).
+func (i ConnInfo) Peer() string {
+	if i.RemoteAddr == nil {
+		return ""
+	}
+	return i.RemoteAddr.String()
+}
+
 // Credentials is what the client presented in sasl-init (AMQP 1.0
 // §5.3.3.2).
 type Credentials struct {

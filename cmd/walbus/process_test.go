@@ -45,6 +45,7 @@ type proc struct {
 	amqp     string
 	http     string
 	args     []string
+	env      []string // added to this process's environment
 	mu       sync.Mutex
 	log      bytes.Buffer
 	exited   chan struct{}
@@ -75,6 +76,7 @@ func (p *proc) start() {
 	p.t.Helper()
 	args := append([]string{"serve", "--data", p.dir, "--amqp", p.amqp, "--http", p.http}, p.args...)
 	p.cmd = exec.Command(walbusBin, args...)
+	p.cmd.Env = append(os.Environ(), p.env...)
 	p.cmd.Stderr = writerFunc(func(b []byte) (int, error) {
 		p.mu.Lock()
 		defer p.mu.Unlock()

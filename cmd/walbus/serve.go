@@ -337,7 +337,7 @@ func serve(args []string) int {
 	}
 	metrics.ObserveRecovery(rec)
 	metrics.SetBroker(b)
-	logger.Info("recovered", "entities", len(rec.Entities), "took", rec.Took, "data", o.data, "sync", policy)
+	logger.Info("recovered", "entities", len(rec.Entities), "took", rec.Took, "data", o.data, "sync", policy.String())
 	if o.config != "" {
 		if err := applyConfig(b, o.config, logger); err != nil {
 			logger.Error("bad config", "err", err)
