@@ -129,17 +129,37 @@ func TestHealthAndMetrics(t *testing.T) {
 	client, _ := azservicebus.NewClientFromConnectionString(p.connString(), nil)
 	defer client.Close(context.Background())
 	s, _ := client.NewSender("q", nil)
-	for range 3 {
+	for range 5 {
 		if err := s.SendMessage(context.Background(), &azservicebus.Message{Body: []byte("x")}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r, _ := client.NewReceiverForQueue("q", nil)
-	msgs, err := r.ReceiveMessages(context.Background(), 1, nil)
-	if err != nil {
+	if _, err := s.ScheduleMessages(context.Background(), []*azservicebus.Message{{Body: []byte("later")}},
+		time.Now().Add(time.Hour), nil); err != nil {
 		t.Fatal(err)
 	}
-	r.DeadLetterMessage(context.Background(), msgs[0], nil)
+	// Of the five: one dead-lettered, one abandoned (available again), one
+	// completed, one deferred, one left locked.
+	r, _ := client.NewReceiverForQueue("q", nil)
+	var msgs []*azservicebus.ReceivedMessage
+	for len(msgs) < 5 {
+		got, err := r.ReceiveMessages(context.Background(), 5-len(msgs), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, got...)
+	}
+	ctx := context.Background()
+	for i, err := range []error{
+		r.DeadLetterMessage(ctx, msgs[0], nil),
+		r.AbandonMessage(ctx, msgs[1], nil),
+		r.CompleteMessage(ctx, msgs[2], nil),
+		r.DeferMessage(ctx, msgs[3], nil),
+	} {
+		if err != nil {
+			t.Fatalf("settle %d: %v", i, err)
+		}
+	}
 
 	resp, err = http.Get("http://" + p.http + "/metrics")
 	if err != nil {
@@ -149,12 +169,23 @@ func TestHealthAndMetrics(t *testing.T) {
 	resp.Body.Close()
 	text := string(body)
 	for _, want := range []string{
-		`walbus_queue_messages{entity="q",state="available",subqueue="active"} 2`,
+		`walbus_queue_messages{entity="q",state="available",subqueue="active"} 1`,
+		`walbus_queue_messages{entity="q",state="locked",subqueue="active"} 1`,
+		`walbus_queue_messages{entity="q",state="deferred",subqueue="active"} 1`,
+		`walbus_queue_messages{entity="q",state="scheduled",subqueue="active"} 1`,
 		`walbus_queue_messages{entity="q",state="available",subqueue="deadletter"} 1`,
-		`walbus_messages_sent_total{entity="q"} 3`,
-		`walbus_messages_delivered_total{entity="q"} 1`,
+		`walbus_messages_sent_total{entity="q"} 6`,
+		`walbus_messages_delivered_total{entity="q"} 5`,
+		`walbus_messages_completed_total{entity="q"} 1`,
+		`walbus_messages_abandoned_total{entity="q"} 1`,
 		`walbus_messages_dead_lettered_total{entity="q",reason="client"} 1`,
+		`walbus_messages_expired_total{entity="q"} 0`,
+		`walbus_lock_lost_total{entity="q"} 0`,
 		`walbus_connections_open 1`,
+		`walbus_sessions_open `,
+		`walbus_links_open `,
+		"walbus_group_commit_records_bucket",
+		"walbus_snapshot_duration_seconds_count",
 		"walbus_group_commit_duration_seconds_count",
 		"walbus_fsync_duration_seconds_bucket",
 		"walbus_entity_log_bytes{entity=\"q\"}",
@@ -166,6 +197,41 @@ func TestHealthAndMetrics(t *testing.T) {
 	if t.Failed() {
 		t.Log(text)
 	}
+
+	// After a restart the counts are rebuilt from the log (the lock is
+	// still held: a minute long), and the recovery's duration is there.
+	client.Close(context.Background())
+	if code := p.signal(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	p.start()
+	text = getText(t, "http://"+p.http+"/metrics")
+	for _, want := range []string{
+		`walbus_queue_messages{entity="q",state="available",subqueue="active"} 1`,
+		`walbus_queue_messages{entity="q",state="locked",subqueue="active"} 1`,
+		`walbus_queue_messages{entity="q",state="deferred",subqueue="active"} 1`,
+		`walbus_queue_messages{entity="q",state="scheduled",subqueue="active"} 1`,
+		`walbus_queue_messages{entity="q",state="available",subqueue="deadletter"} 1`,
+		`walbus_recovery_duration_seconds{entity="q"} `,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics after restart lack %s", want)
+		}
+	}
+}
+
+func getText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(body)
 }
 
 // TLS: an SDK client without the emulator flag connects over TLS to a
