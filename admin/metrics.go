@@ -56,13 +56,14 @@ func NewMetrics() *Metrics {
 // Registry is where the metrics are registered.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// ObserveCommit records one group commit of an entity log.
+// ObserveCommit records one group commit of an entity log, or an fsync
+// outside one (no records: lazily appended records synced by a timer).
 func (m *Metrics) ObserveCommit(_ string, s log.CommitStats) {
-	m.commit.Observe((s.Write + s.Sync).Seconds())
 	if s.Synced {
 		m.fsync.Observe(s.Sync.Seconds())
 	}
 	if s.Records > 0 {
+		m.commit.Observe((s.Write + s.Sync).Seconds())
 		m.records.Observe(float64(s.Records))
 	}
 }

@@ -260,3 +260,79 @@ func TestDataDirectoryIsLocked(t *testing.T) {
 	b = openBroker(t, Options{Dir: dir})
 	b.Close()
 }
+
+// Deliveries of durable messages cost no fsync of their own: their lock
+// events ride on the next fsync someone waits for (here the completion's),
+// which makes them durable too.
+func TestDeliveriesRideOnTheNextFsync(t *testing.T) {
+	var mu sync.Mutex
+	var fsyncs, records int
+	b := openBroker(t, Options{Dir: t.TempDir(), SyncInterval: time.Hour,
+		OnCommit: func(entity string, s log.CommitStats) {
+			mu.Lock()
+			defer mu.Unlock()
+			if entity != "q" {
+				return
+			}
+			records += s.Records
+			if s.Synced && s.Sync > 0 {
+				fsyncs++
+			}
+		}})
+	defer b.Close()
+	count := func() int { mu.Lock(); defer mu.Unlock(); return fsyncs }
+	e, err := b.CreateQueue("q", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		sendSync(t, e, projection.Message{MessageID: fmt.Sprint(i), Body: []byte("x")})
+	}
+	// A send is acknowledged before its commit is reported: wait for the
+	// reports of every record so far.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		all := uint64(records) >= e.log.LastIndex()-e.log.FirstIndex()+1
+		mu.Unlock()
+		if all {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("commits of the sends never reported")
+		}
+	}
+	before := count()
+	deliveries := make(chan Delivery, 20)
+	r, err := e.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { deliveries <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []Delivery
+	for len(got) < 20 {
+		r.SetLimit(uint64(len(got) + 1)) // one delivery, and one lock group, at a time
+		select {
+		case d := <-deliveries:
+			got = append(got, d)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 20 delivered", len(got))
+		}
+	}
+	if n := count() - before; n != 0 {
+		t.Fatalf("20 deliveries cost %d fsyncs", n)
+	}
+	locked := e.log.LastIndex()
+	if e.log.DurableIndex() >= locked {
+		t.Fatalf("the lock events are durable (%d of %d) without an fsync", e.log.DurableIndex(), locked)
+	}
+	ch := make(chan error, 1)
+	e.Settle(log.MainQueue, Settlement{Token: got[0].Token, Outcome: projection.Complete}, func(err error) { ch <- err })
+	if err := <-ch; err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); count() == before && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond) // the commit is reported after the acknowledgement
+	}
+	if n := count() - before; n != 1 || e.log.DurableIndex() <= locked {
+		t.Fatalf("the completion cost %d fsyncs and left durable at %d (locks up to %d)", n, e.log.DurableIndex(), locked)
+	}
+}

@@ -200,7 +200,24 @@ func (e *Entity) commit(evs []log.Event, done func(error)) error {
 	if len(evs) == 0 && done == nil {
 		return nil
 	}
-	if _, err := e.log.Append(evs, done); err != nil {
+	_, err := e.log.Append(evs, done)
+	return e.applyAppended(evs, err)
+}
+
+// commitLazy is commit for events nobody waits on and whose loss in a
+// crash costs only a redelivery (locks on durable messages): they ride
+// on the next fsync instead of causing one (log.AppendLazy).
+func (e *Entity) commitLazy(evs []log.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	_, err := e.log.AppendLazy(evs)
+	return e.applyAppended(evs, err)
+}
+
+// applyAppended applies events the log took (err is the append's result).
+func (e *Entity) applyAppended(evs []log.Event, err error) error {
+	if err != nil {
 		e.fail(err)
 		return e.failed
 	}

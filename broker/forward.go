@@ -135,7 +135,7 @@ func (e *Entity) forward() {
 		if err != nil || len(evs) == 0 {
 			return
 		}
-		if err := e.commit(evs, nil); err != nil {
+		if err := e.commitLazy(evs); err != nil {
 			return
 		}
 		for _, ev := range evs {

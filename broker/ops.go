@@ -219,7 +219,7 @@ func (e *Entity) ReceiveDeferred(queue uint32, receiver string, session string, 
 			out = append(out, d)
 		}
 		if mode == PeekLock {
-			if err := e.commit(evs, nil); err != nil {
+			if err := e.commitLazy(evs); err != nil {
 				done(nil, err)
 				return
 			}

@@ -321,7 +321,7 @@ func (e *Entity) deliverTo(r *Receiver, max uint64) uint64 {
 		out = append(out, d)
 	}
 	if r.opts.Mode == PeekLock {
-		if e.commit(evs, nil) != nil {
+		if e.commitLazy(evs) != nil {
 			return 0
 		}
 		for _, d := range out {

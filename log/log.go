@@ -49,8 +49,10 @@ func ParseSyncPolicy(s string) (SyncPolicy, error) {
 
 // Options configure a Log. The zero value is usable.
 type Options struct {
-	Sync         SyncPolicy
-	SyncInterval time.Duration // for SyncInterval; default 10ms
+	Sync SyncPolicy
+	// SyncInterval is the longest wait for an fsync with SyncInterval, and
+	// with SyncAlways for records appended with AppendLazy. Default 10ms.
+	SyncInterval time.Duration
 	// SegmentSize is the size at which a segment file is closed and the next
 	// begins. tidwall keeps the tail segment in memory, so this is also the
 	// log's write-buffer footprint. Default 8 MiB.
@@ -63,7 +65,9 @@ type Options struct {
 	// cut with TruncateBack.
 	Repair bool
 	// OnCommit, if set, is called on the writer goroutine after every group
-	// commit (for metrics). It must not block.
+	// commit, and after an fsync outside one (Records 0: lazy records synced
+	// by the timer), so a watcher learns when DurableIndex moves. It must
+	// not block.
 	OnCommit func(CommitStats)
 	// Fault, if set, is asked before every write ("write") and fsync
 	// ("sync"); an error it returns is treated as that operation failing.
@@ -93,6 +97,10 @@ func (o Options) withDefaults() Options {
 	}
 	return o
 }
+
+// lazyBatchBytes is how much lazy data may wait for a carrier before the
+// writer takes it anyway.
+const lazyBatchBytes = 256 << 10
 
 // ErrClosed is returned by operations on a closed Log.
 var ErrClosed = errors.New("log closed")
@@ -155,6 +163,7 @@ type batch struct {
 	first   uint64
 	last    uint64
 	cycled  bool // a new segment file begins inside this batch
+	urgent  bool // something in it was appended with Append, not AppendLazy
 	waiters []waiter
 }
 
@@ -165,7 +174,7 @@ type waiter struct {
 
 func (b *batch) reset() {
 	b.buf, b.sizes, b.waiters = b.buf[:0], b.sizes[:0], b.waiters[:0]
-	b.first, b.last, b.cycled = 0, 0, false
+	b.first, b.last, b.cycled, b.urgent = 0, 0, false, false
 }
 
 // Open opens (creating if needed) the log in dir, repairing a torn tail.
@@ -279,6 +288,23 @@ func (l *Log) Err() error {
 // that stopped the log; it must not block or call back into the Log. An
 // empty evs makes done a barrier for everything appended before.
 func (l *Log) Append(evs []Event, done func(error)) (uint64, error) {
+	return l.append(evs, done, true)
+}
+
+// AppendLazy appends records whose durability nobody waits for: a lock on
+// a message that is already durable, say, whose loss in a crash means only
+// a redelivery. With SyncAlways they wait in the queue for the next
+// ordinary group commit, which writes and fsyncs them with its own
+// records, or for SyncInterval, whichever is first: a burst of deliveries
+// then costs no write or fsync of its own. They are still an atomic group,
+// durable before anything appended after them, and readable (ReadAt) only
+// once written: callers keep what they may read back until DurableIndex
+// passes it.
+func (l *Log) AppendLazy(evs []Event) (uint64, error) {
+	return l.append(evs, nil, false)
+}
+
+func (l *Log) append(evs []Event, done func(error), urgent bool) (uint64, error) {
 	l.mu.Lock()
 	for l.err == nil && !l.closed && len(l.pend.buf) > l.opts.MaxPendingBytes {
 		l.space.Wait()
@@ -314,10 +340,16 @@ func (l *Log) Append(evs []Event, done func(error)) (uint64, error) {
 	if done != nil {
 		p.waiters = append(p.waiters, waiter{last: l.next - 1, done: done})
 	}
+	// Lazy records alone do not need the writer until its timer, unless
+	// they are the first (it arms the timer) or fill a batch.
+	wake := urgent || done != nil || len(p.sizes) == len(evs) || len(p.buf) >= lazyBatchBytes
+	p.urgent = p.urgent || urgent
 	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
 	}
 	return first, nil
 }
@@ -354,10 +386,17 @@ func (l *Log) run() {
 		armed    bool
 	)
 	timer.Stop()
+	lazyDue := false // the timer ran out on lazy records
 	for {
 		l.mu.Lock()
 		p, closing, failed := l.pend, l.closed, l.err != nil
-		if len(p.sizes) > 0 || len(p.waiters) > 0 {
+		pending := len(p.sizes) > 0 || len(p.waiters) > 0
+		// With SyncAlways, lazy records alone stay queued until an
+		// ordinary append carries them, the timer runs out, or they fill a
+		// batch: then they cost neither a write nor an fsync of their own.
+		lazyOnly := pending && l.opts.Sync == SyncAlways && !p.urgent && len(p.waiters) == 0 &&
+			!closing && !failed && !lazyDue && len(p.buf) < lazyBatchBytes
+		if pending && !lazyOnly {
 			l.pend, spare = spare, nil
 			l.space.Broadcast()
 		} else {
@@ -367,18 +406,29 @@ func (l *Log) run() {
 
 		if p == nil {
 			if closing || failed {
-				if !failed && len(held) > 0 {
+				if !failed {
 					l.syncAndRelease(&held, &lastSync)
 				}
 				return
+			}
+			if lazyOnly && !armed {
+				timer.Reset(l.opts.SyncInterval)
+				armed = true
 			}
 			select {
 			case <-l.wake:
 			case <-timer.C:
 				armed = false
+				lazyDue = l.opts.Sync == SyncAlways
 				l.syncAndRelease(&held, &lastSync)
 			}
 			continue
+		}
+		lazyDue = false
+		if armed && l.opts.Sync == SyncAlways {
+			// This batch carries whatever lazy records were waiting.
+			timer.Stop()
+			armed = false
 		}
 		if failed {
 			l.release(p.waiters, l.Err())
@@ -485,8 +535,12 @@ func (l *Log) sync() (time.Duration, error) {
 	return time.Since(start), nil
 }
 
+// syncAndRelease fsyncs what was written and not yet synced, outside a
+// group commit (a timer, or Close), and releases the held waiters.
 func (l *Log) syncAndRelease(held *[]waiter, lastSync *time.Time) {
-	if _, err := l.sync(); err != nil {
+	behind := l.durable.Load() != l.written.Load()
+	took, err := l.sync()
+	if err != nil {
 		l.fail(err)
 		l.release(*held, l.Err())
 	} else {
@@ -494,6 +548,10 @@ func (l *Log) syncAndRelease(held *[]waiter, lastSync *time.Time) {
 	}
 	*held = (*held)[:0]
 	*lastSync = time.Now()
+	if behind && err == nil && l.opts.OnCommit != nil {
+		// The durable index moved: tell whoever watches commits.
+		l.opts.OnCommit(CommitStats{Sync: took, Synced: true})
+	}
 }
 
 func (l *Log) release(ws []waiter, err error) {

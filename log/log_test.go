@@ -328,3 +328,92 @@ func TestAppendAfterCloseFails(t *testing.T) {
 		t.Fatalf("append after close: %v", err)
 	}
 }
+
+// Lazy records under SyncAlways: they wait for a carrier. The next
+// ordinary group commit writes and fsyncs them with its own records; with
+// none, a timer does within SyncInterval; Close does it for what is left.
+func TestAppendLazy(t *testing.T) {
+	var mu sync.Mutex
+	var fsyncs int
+	commits := make(chan CommitStats, 100)
+	interval := 50 * time.Millisecond
+	l, _ := openT(t, t.TempDir(), Options{Sync: SyncAlways, SyncInterval: interval,
+		Fault: func(op string) error {
+			if op == "sync" {
+				mu.Lock()
+				fsyncs++
+				mu.Unlock()
+			}
+			return nil
+		},
+		OnCommit: func(s CommitStats) { commits <- s }})
+	count := func() int { mu.Lock(); defer mu.Unlock(); return fsyncs }
+
+	// A lazy group then an ordinary one: one commit of both, one fsync.
+	lazy, err := l.AppendLazy([]Event{enq(10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := appendWait(t, l, []Event{enq(10)})
+	if d := l.DurableIndex(); d < next || d < lazy {
+		t.Fatalf("durable %d after the commit of %d (lazy %d)", d, next, lazy)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("%d fsyncs for one lazy and one ordinary group, want 1", n)
+	}
+	if s := <-commits; s.Records != 2 || !s.Synced {
+		t.Fatalf("the ordinary commit carried %d records (synced %v), want both", s.Records, s.Synced)
+	}
+
+	// A lazy group alone: written and synced once, by the timer.
+	lazy, err = l.AppendLazy([]Event{enq(10), enq(20)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-commits:
+		if s.Records != 2 || !s.Synced {
+			t.Fatalf("the timer's commit: %+v", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("lazy records %d-%d were never committed", lazy, lazy+1)
+	}
+	if d := l.DurableIndex(); d != lazy+1 {
+		t.Fatalf("durable %d after the timer's commit of %d-%d", d, lazy, lazy+1)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d fsyncs in all, want 2", n)
+	}
+
+	// Close commits lazy records that are still waiting.
+	last, err := l.AppendLazy([]Event{enq(10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 3 || l.DurableIndex() != last {
+		t.Fatalf("close: %d fsyncs in all (want 3), durable %d of %d", n, l.DurableIndex(), last)
+	}
+}
+
+// Lazy records that fill a batch do not wait for the timer.
+func TestAppendLazyFullBatch(t *testing.T) {
+	l, _ := openT(t, t.TempDir(), Options{Sync: SyncAlways, SyncInterval: time.Hour})
+	defer l.Close()
+	var last uint64
+	for written := 0; written < lazyBatchBytes; written += 4096 {
+		var err error
+		if last, err = l.AppendLazy([]Event{enq(4096)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for l.DurableIndex() < last {
+		if time.Now().After(deadline) {
+			t.Fatalf("a full batch of lazy records waited: durable %d of %d", l.DurableIndex(), last)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -80,7 +80,7 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.BoolVar(&o.httpTLS, "http-tls", false, "serve --http as HTTPS with --tls-cert and --tls-key")
 	fs.StringVar(&o.config, "config", "", "emulator Config.json: entities to create if they do not exist")
 	fs.StringVar(&o.sync, "sync", "always", "fsync policy: always (nothing acknowledged before fsync), interval, or none (unsafe)")
-	fs.DurationVar(&o.syncInterval, "sync-interval", 10*time.Millisecond, "longest wait between fsyncs with --sync interval")
+	fs.DurationVar(&o.syncInterval, "sync-interval", 10*time.Millisecond, "longest wait between fsyncs with --sync interval, and for lock records (whose loss means only a redelivery) with --sync always")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.keysFile, "keys", "", `JSON file of extra SAS keys: [{"name": "...", "key": "...", "rights": "Send,Listen"}]`)
