@@ -44,6 +44,7 @@ var standard = []workload{
 	{"sdk send, batches of 100", "drain", []string{"--client", "sdk", "--senders", "1", "--receivers", "0", "--batch", "100", "--in-flight", "4"}},
 	{"amqp send, in-flight 64", "amqp", []string{"--client", "amqp", "--senders", "1", "--receivers", "0", "--in-flight", "64"}},
 	{"sdk 4+4 at 2000/s", "mixed", []string{"--client", "sdk", "--senders", "4", "--receivers", "4", "--in-flight", "16", "--rate", "2000"}},
+	{"sdk 4+4 at 5000/s", "mixed", []string{"--client", "sdk", "--senders", "4", "--receivers", "4", "--in-flight", "16", "--rate", "5000"}},
 	{"sdk drain, 4 receivers", "drain", []string{"--client", "sdk", "--senders", "0", "--receivers", "4", "--batch", "100", "--in-flight", "64"}},
 }
 
