@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+// Keys from --key and --keys carry their rights, and --no-default-key
+// refuses the emulator's key.
+func TestKeysFromFlagsAndFile(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys.json")
+	if err := os.WriteFile(keys, []byte(`[{"name": "reader", "key": "r3ad", "rights": "Listen"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, "q", "")
+	p := startWalbus(t, t.TempDir(), "--config", cfg, "--no-default-key", "--key", "writer=wr1te:Send", "--keys", keys)
+
+	dial := func(name, key string) (*amqp.Session, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := amqp.Dial(ctx, "amqp://"+p.amqp, &amqp.ConnOptions{SASLType: amqp.SASLTypePlain(name, key)})
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn.NewSession(ctx, nil)
+	}
+	unauthorized := func(err error) bool {
+		var ae *amqp.Error
+		var le *amqp.LinkError
+		if errors.As(err, &le) && le.RemoteErr != nil {
+			ae = le.RemoteErr
+		}
+		return (ae != nil || errors.As(err, &ae)) && ae.Condition == "amqp:unauthorized-access"
+	}
+	ctx := context.Background()
+
+	if _, err := dial("RootManageSharedAccessKey", "SAS_KEY_VALUE"); err == nil {
+		t.Fatal("the default key was accepted with --no-default-key")
+	}
+	if _, err := dial("writer", "wrong"); err == nil {
+		t.Fatal("a wrong key was accepted")
+	}
+
+	w, err := dial("writer", "wr1te")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd, err := w.NewSender(ctx, "q", nil)
+	if err != nil {
+		t.Fatalf("writer (Send) cannot attach a sender: %v", err)
+	}
+	if err := snd.Send(ctx, amqp.NewMessage([]byte("hello")), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.NewReceiver(ctx, "q", nil); !unauthorized(err) {
+		t.Fatalf("writer (Send only) attached a receiver: %v", err)
+	}
+
+	r, err := dial("reader", "r3ad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.NewSender(ctx, "q", nil); !unauthorized(err) {
+		t.Fatalf("reader (Listen only) attached a sender: %v", err)
+	}
+	rcv, err := r.NewReceiver(ctx, "q", &amqp.ReceiverOptions{Credit: 1})
+	if err != nil {
+		t.Fatalf("reader (Listen) cannot attach a receiver: %v", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m, err := rcv.Receive(rctx, nil)
+	if err != nil || string(m.GetData()) != "hello" {
+		t.Fatalf("reader received %v, %v", m, err)
+	}
+	if err := rcv.AcceptMessage(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+}
