@@ -2,6 +2,9 @@
 GO        ?= go
 BIN       := bin/walbus
 FUZZTIME  ?= 10s
+# How long each new input is minimised: Go's default (60s) would spend a
+# short run minimising its first finds instead of fuzzing.
+FUZZMINIMIZE ?= 1s
 PKGS      := ./...
 
 .PHONY: all build run test vet fmt-check unit full-size test-js bench bench-go fuzz crash clean
@@ -55,7 +58,7 @@ fuzz:
 	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
 		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 			echo "== $$pkg $$target"; \
-			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $$pkg; \
 		done; \
 	done
 
