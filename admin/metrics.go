@@ -57,7 +57,7 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // ObserveCommit records one group commit of an entity log, or an fsync
-// outside one (no records: lazily appended records synced by a timer).
+// outside one (no records: the --sync interval timer's).
 func (m *Metrics) ObserveCommit(_ string, s log.CommitStats) {
 	if s.Synced {
 		m.fsync.Observe(s.Sync.Seconds())

@@ -65,9 +65,9 @@ type Options struct {
 	// cut with TruncateBack.
 	Repair bool
 	// OnCommit, if set, is called on the writer goroutine after every group
-	// commit, and after an fsync outside one (Records 0: lazy records synced
-	// by the timer), so a watcher learns when DurableIndex moves. It must
-	// not block.
+	// commit, and after an fsync outside one (Records 0: the SyncInterval
+	// timer's, or Close's), so a watcher learns when DurableIndex moves. It
+	// must not block.
 	OnCommit func(CommitStats)
 	// Fault, if set, is asked before every write ("write") and fsync
 	// ("sync"); an error it returns is treated as that operation failing.
