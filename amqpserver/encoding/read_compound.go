@@ -210,9 +210,10 @@ func (r *Reader) ReadDescriptor() (Descriptor, error) {
 		name, err := r.ReadSymbolBytes()
 		return Descriptor{Name: name, Symbolic: true}, err
 	}
-	if rank, _ := unsignedRank(next); rank != unsignedRankOf(CodeUlong) {
-		return Descriptor{}, unexpectedCode(r.off, "ulong or symbol descriptor", next)
+	switch next {
+	case CodeUlong0, CodeSmallUlong, CodeUlong:
+		v, err := r.ReadUlong()
+		return Descriptor{Code: v}, err
 	}
-	v, err := r.ReadUlong()
-	return Descriptor{Code: v}, err
+	return Descriptor{}, unexpectedCode(r.off, "ulong or symbol descriptor", next)
 }

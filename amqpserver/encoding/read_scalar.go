@@ -57,72 +57,51 @@ func (r *Reader) ReadUbyte() (uint8, error) {
 
 // ReadUshort reads a ushort, or a ubyte (§1.6.4).
 func (r *Reader) ReadUshort() (uint16, error) {
-	at := r.off
-	v, ok, err := r.readUnsigned(CodeUshort)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, unexpectedCode(at, "ushort", r.buf[at])
-	}
-	return uint16(v), nil
+	v, err := r.readUnsigned(CodeUshort, "ushort")
+	return uint16(v), err
 }
 
 // ReadUint reads a uint in any encoding, or a ubyte or ushort (§1.6.5).
 func (r *Reader) ReadUint() (uint32, error) {
-	at := r.off
-	v, ok, err := r.readUnsigned(CodeUint)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, unexpectedCode(at, "uint", r.buf[at])
-	}
-	return uint32(v), nil
+	v, err := r.readUnsigned(CodeUint, "uint")
+	return uint32(v), err
 }
 
 // ReadUlong reads a ulong in any encoding, or any narrower unsigned integer
 // (§1.6.6).
 func (r *Reader) ReadUlong() (uint64, error) {
-	at := r.off
-	v, ok, err := r.readUnsigned(CodeUlong)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, unexpectedCode(at, "ulong", r.buf[at])
-	}
-	return v, nil
+	v, err := r.readUnsigned(CodeUlong, "ulong")
+	return v, err
 }
 
 // readUnsigned reads any unsigned integer encoding no wider than widest
-// (one of CodeUshort, CodeUint, CodeUlong). ok is false, with nothing
-// consumed, when the next code is not such an encoding.
-func (r *Reader) readUnsigned(widest byte) (v uint64, ok bool, err error) {
+// (one of CodeUshort, CodeUint, CodeUlong); any other code is an error
+// naming what, with nothing consumed.
+func (r *Reader) readUnsigned(widest byte, what string) (uint64, error) {
 	if r.off >= len(r.buf) {
-		return 0, false, decodeErr(r.off, "unexpected end of data")
+		return 0, decodeErr(r.off, "unexpected end of data")
 	}
 	code := r.buf[r.off]
 	rank, width := unsignedRank(code)
-	if rank == 0 || rank > unsignedRankOf(widest) {
-		return 0, false, nil
+	if widestRank, _ := unsignedRank(widest); rank == 0 || rank > widestRank {
+		return 0, unexpectedCode(r.off, what, code)
 	}
 	r.off++
 	b, err := r.take(width)
 	if err != nil {
-		return 0, false, err
+		return 0, err
 	}
 	switch width {
 	case 0:
-		return 0, true, nil
+		return 0, nil
 	case 1:
-		return uint64(b[0]), true, nil
+		return uint64(b[0]), nil
 	case 2:
-		return uint64(binary.BigEndian.Uint16(b)), true, nil
+		return uint64(binary.BigEndian.Uint16(b)), nil
 	case 4:
-		return uint64(binary.BigEndian.Uint32(b)), true, nil
+		return uint64(binary.BigEndian.Uint32(b)), nil
 	}
-	return binary.BigEndian.Uint64(b), true, nil
+	return binary.BigEndian.Uint64(b), nil
 }
 
 // unsignedRank orders the unsigned types by width (ubyte 1 ... ulong 4) and
@@ -149,89 +128,55 @@ func unsignedRank(code byte) (rank, width int) {
 	return 0, 0
 }
 
-func unsignedRankOf(code byte) int {
-	rank, _ := unsignedRank(code)
-	return rank
-}
-
 // ReadSignedByte reads an AMQP byte, which is signed (§1.6.7).
 func (r *Reader) ReadSignedByte() (int8, error) {
-	at := r.off
-	v, ok, err := r.readSigned(CodeByte)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, unexpectedCode(at, "byte", r.buf[at])
-	}
-	return int8(v), nil
+	v, err := r.readSigned(CodeByte, "byte")
+	return int8(v), err
 }
 
 // ReadShort reads a short, or a byte (§1.6.8).
 func (r *Reader) ReadShort() (int16, error) {
-	at := r.off
-	v, ok, err := r.readSigned(CodeShort)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, unexpectedCode(at, "short", r.buf[at])
-	}
-	return int16(v), nil
+	v, err := r.readSigned(CodeShort, "short")
+	return int16(v), err
 }
 
 // ReadInt reads an int in either encoding, or a byte or short (§1.6.9).
 func (r *Reader) ReadInt() (int32, error) {
-	at := r.off
-	v, ok, err := r.readSigned(CodeInt)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, unexpectedCode(at, "int", r.buf[at])
-	}
-	return int32(v), nil
+	v, err := r.readSigned(CodeInt, "int")
+	return int32(v), err
 }
 
 // ReadLong reads a long in either encoding, or any narrower signed integer
 // (§1.6.10).
 func (r *Reader) ReadLong() (int64, error) {
-	at := r.off
-	v, ok, err := r.readSigned(CodeLong)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, unexpectedCode(at, "long", r.buf[at])
-	}
-	return v, nil
+	v, err := r.readSigned(CodeLong, "long")
+	return v, err
 }
 
 // readSigned is readUnsigned for the signed integer types.
-func (r *Reader) readSigned(widest byte) (v int64, ok bool, err error) {
+func (r *Reader) readSigned(widest byte, what string) (int64, error) {
 	if r.off >= len(r.buf) {
-		return 0, false, decodeErr(r.off, "unexpected end of data")
+		return 0, decodeErr(r.off, "unexpected end of data")
 	}
 	code := r.buf[r.off]
 	rank, width := signedRank(code)
-	widestRank, _ := signedRank(widest)
-	if rank == 0 || rank > widestRank {
-		return 0, false, nil
+	if widestRank, _ := signedRank(widest); rank == 0 || rank > widestRank {
+		return 0, unexpectedCode(r.off, what, code)
 	}
 	r.off++
 	b, err := r.take(width)
 	if err != nil {
-		return 0, false, err
+		return 0, err
 	}
 	switch width {
 	case 1:
-		return int64(int8(b[0])), true, nil
+		return int64(int8(b[0])), nil
 	case 2:
-		return int64(int16(binary.BigEndian.Uint16(b))), true, nil
+		return int64(int16(binary.BigEndian.Uint16(b))), nil
 	case 4:
-		return int64(int32(binary.BigEndian.Uint32(b))), true, nil
+		return int64(int32(binary.BigEndian.Uint32(b))), nil
 	}
-	return int64(binary.BigEndian.Uint64(b)), true, nil
+	return int64(binary.BigEndian.Uint64(b)), nil
 }
 
 func signedRank(code byte) (rank, width int) {
