@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
 )
 
 // sample holds one value of every type in the ReadAny mapping, nested
@@ -121,7 +123,7 @@ func TestReadAnyKeepsEncodingTypes(t *testing.T) {
 		{"e0 02 02 43", Array{Code: CodeUint0, Elements: []any{uint32(0), uint32(0)}}},
 		{"e0 04 02 52 01 02", Array{Code: CodeSmallUint, Elements: []any{uint32(1), uint32(2)}}},
 	} {
-		r := NewReader(unhex(t, c.hex))
+		r := NewReader(hexbytes.Parse(t, c.hex))
 		got, err := r.ReadAny(Limits{})
 		if err != nil || !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: got %#v, %v; want %#v", c.hex, got, err, c.want)
@@ -163,7 +165,7 @@ func TestAppendAnyConveniences(t *testing.T) {
 }
 
 func TestReadAnyCopiesBinary(t *testing.T) {
-	in := unhex(t, "a0 02 01 02")
+	in := hexbytes.Parse(t, "a0 02 01 02")
 	r := NewReader(in)
 	v, _ := r.ReadAny(Limits{})
 	in[2] = 0xff

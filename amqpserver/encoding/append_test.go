@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
 )
 
 func TestAppendPicksSmallestEncoding(t *testing.T) {
@@ -67,8 +69,8 @@ func TestAppendPicksSmallestEncoding(t *testing.T) {
 		{"descriptor symbolic", AppendSymbolicDescriptor(nil, "a:b"), "00 a3 03 61 3a 62"},
 	}
 	for _, c := range cases {
-		if got := spaced(c.got); got != c.want {
-			t.Errorf("%s: got %s, want %s", c.name, got, c.want)
+		if !bytes.Equal(c.got, hexbytes.Parse(t, c.want)) {
+			t.Errorf("%s: got %s, want %s", c.name, hexbytes.Spaced(c.got), c.want)
 		}
 	}
 

@@ -3,6 +3,8 @@ package encoding
 import (
 	"bytes"
 	"testing"
+
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
 )
 
 func TestEndListChoosesWidth(t *testing.T) {
@@ -47,12 +49,12 @@ func TestEndMapCountsItems(t *testing.T) {
 	dst = AppendSymbol(dst, "k")
 	dst = AppendUint(dst, 1)
 	got := EndMap(dst, start, 1)
-	if spaced(got) != "c1 06 02 a3 01 6b 52 01" {
-		t.Fatalf("got %s", spaced(got))
+	if !bytes.Equal(got, hexbytes.Parse(t, "c1 06 02 a3 01 6b 52 01")) {
+		t.Fatalf("got %s", hexbytes.Spaced(got))
 	}
 	dst, start = BeginMap(nil)
-	if got := EndMap(dst, start, 0); spaced(got) != "c1 01 00" {
-		t.Fatalf("empty map: %s", spaced(got))
+	if got := EndMap(dst, start, 0); !bytes.Equal(got, hexbytes.Parse(t, "c1 01 00")) {
+		t.Fatalf("empty map: %s", hexbytes.Spaced(got))
 	}
 }
 
@@ -70,10 +72,10 @@ func TestSpecArrayExample(t *testing.T) {
 	}
 	got, err := AppendAny(nil, a)
 	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("re-encoded %s, %v", spaced(got), err)
+		t.Fatalf("re-encoded %s, %v", hexbytes.Spaced(got), err)
 	}
 	if got := AppendStringArray(nil, []string{"Rob J. Godfrey", "Rafael H. Schloming"}); !bytes.Equal(got, want) {
-		t.Fatalf("AppendStringArray %s", spaced(got))
+		t.Fatalf("AppendStringArray %s", hexbytes.Spaced(got))
 	}
 }
 
@@ -90,8 +92,8 @@ func TestTypedArrays(t *testing.T) {
 		{"timestamps", AppendTimestampArray(nil, []Timestamp{1}), "e0 0a 01 83 00 00 00 00 00 00 00 01"},
 	}
 	for _, c := range cases {
-		if got := spaced(c.got); got != c.want {
-			t.Errorf("%s: got %s, want %s", c.name, got, c.want)
+		if !bytes.Equal(c.got, hexbytes.Parse(t, c.want)) {
+			t.Errorf("%s: got %s, want %s", c.name, hexbytes.Spaced(c.got), c.want)
 		}
 	}
 	long := make([]byte, 256)

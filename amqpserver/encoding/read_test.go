@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
 )
 
 // readAll runs read on b and checks that it consumed every byte.
@@ -29,16 +31,16 @@ func TestReadersAcceptEveryEncoding(t *testing.T) {
 		hex  string
 		want bool
 	}{{"41", true}, {"42", false}, {"56 01", true}, {"56 00", false}} {
-		readAll(t, "ReadBool", unhex(t, c.hex), (*Reader).ReadBool, c.want)
+		readAll(t, "ReadBool", hexbytes.Parse(t, c.hex), (*Reader).ReadBool, c.want)
 	}
-	readAll(t, "ReadUbyte", unhex(t, "50 ff"), (*Reader).ReadUbyte, uint8(255))
-	readAll(t, "ReadUshort", unhex(t, "60 01 02"), (*Reader).ReadUshort, uint16(0x102))
-	readAll(t, "ReadUshort(ubyte)", unhex(t, "50 07"), (*Reader).ReadUshort, uint16(7))
+	readAll(t, "ReadUbyte", hexbytes.Parse(t, "50 ff"), (*Reader).ReadUbyte, uint8(255))
+	readAll(t, "ReadUshort", hexbytes.Parse(t, "60 01 02"), (*Reader).ReadUshort, uint16(0x102))
+	readAll(t, "ReadUshort(ubyte)", hexbytes.Parse(t, "50 07"), (*Reader).ReadUshort, uint16(7))
 	for _, c := range []struct {
 		hex  string
 		want u32
 	}{{"43", 0}, {"52 07", 7}, {"70 00 00 01 00", 256}, {"50 07", 7}, {"60 01 00", 256}} {
-		readAll(t, "ReadUint", unhex(t, c.hex), (*Reader).ReadUint, c.want)
+		readAll(t, "ReadUint", hexbytes.Parse(t, c.hex), (*Reader).ReadUint, c.want)
 	}
 	for _, c := range []struct {
 		hex  string
@@ -47,16 +49,16 @@ func TestReadersAcceptEveryEncoding(t *testing.T) {
 		{"44", 0}, {"53 ff", 255}, {"80 ff ff ff ff ff ff ff ff", math.MaxUint64},
 		{"43", 0}, {"52 09", 9}, {"70 ff ff ff ff", math.MaxUint32}, {"50 01", 1}, {"60 00 02", 2},
 	} {
-		readAll(t, "ReadUlong", unhex(t, c.hex), (*Reader).ReadUlong, c.want)
+		readAll(t, "ReadUlong", hexbytes.Parse(t, c.hex), (*Reader).ReadUlong, c.want)
 	}
-	readAll(t, "ReadSignedByte", unhex(t, "51 80"), (*Reader).ReadSignedByte, int8(-128))
-	readAll(t, "ReadShort", unhex(t, "61 80 00"), (*Reader).ReadShort, int16(math.MinInt16))
-	readAll(t, "ReadShort(byte)", unhex(t, "51 ff"), (*Reader).ReadShort, int16(-1))
+	readAll(t, "ReadSignedByte", hexbytes.Parse(t, "51 80"), (*Reader).ReadSignedByte, int8(-128))
+	readAll(t, "ReadShort", hexbytes.Parse(t, "61 80 00"), (*Reader).ReadShort, int16(math.MinInt16))
+	readAll(t, "ReadShort(byte)", hexbytes.Parse(t, "51 ff"), (*Reader).ReadShort, int16(-1))
 	for _, c := range []struct {
 		hex  string
 		want int32
 	}{{"54 80", -128}, {"71 80 00 00 00", math.MinInt32}, {"51 fe", -2}, {"61 ff fe", -2}} {
-		readAll(t, "ReadInt", unhex(t, c.hex), (*Reader).ReadInt, c.want)
+		readAll(t, "ReadInt", hexbytes.Parse(t, c.hex), (*Reader).ReadInt, c.want)
 	}
 	for _, c := range []struct {
 		hex  string
@@ -65,26 +67,26 @@ func TestReadersAcceptEveryEncoding(t *testing.T) {
 		{"55 ff", -1}, {"81 7f ff ff ff ff ff ff ff", math.MaxInt64}, {"54 05", 5},
 		{"71 ff ff ff ff", -1}, {"51 80", -128}, {"61 00 01", 1},
 	} {
-		readAll(t, "ReadLong", unhex(t, c.hex), (*Reader).ReadLong, c.want)
+		readAll(t, "ReadLong", hexbytes.Parse(t, c.hex), (*Reader).ReadLong, c.want)
 	}
-	readAll(t, "ReadFloat", unhex(t, "72 3f 80 00 00"), (*Reader).ReadFloat, float32(1))
-	readAll(t, "ReadDouble", unhex(t, "82 c0 00 00 00 00 00 00 00"), (*Reader).ReadDouble, float64(-2))
-	readAll(t, "ReadDecimal32", unhex(t, "74 01 02 03 04"), (*Reader).ReadDecimal32, Decimal32{1, 2, 3, 4})
-	readAll(t, "ReadDecimal64", unhex(t, "84 01 02 03 04 05 06 07 08"), (*Reader).ReadDecimal64, Decimal64{1, 2, 3, 4, 5, 6, 7, 8})
-	readAll(t, "ReadDecimal128", unhex(t, "94 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 09"), (*Reader).ReadDecimal128, Decimal128{15: 9})
-	readAll(t, "ReadChar", unhex(t, "73 00 00 27 64"), (*Reader).ReadChar, Char('❤'))
-	readAll(t, "ReadTimestamp", unhex(t, "83 ff ff ff ff ff ff ff fe"), (*Reader).ReadTimestamp, Timestamp(-2))
-	readAll(t, "ReadUUID", unhex(t, "98 01 00 00 00 00 00 00 00 00 00 00 00 00 00 00 02"), (*Reader).ReadUUID, UUID{0: 1, 15: 2})
-	readAll(t, "ReadString(str8)", unhex(t, "a1 02 68 69"), (*Reader).ReadString, "hi")
-	readAll(t, "ReadString(str32)", unhex(t, "b1 00 00 00 02 68 69"), (*Reader).ReadString, "hi")
-	readAll(t, "ReadSymbol(sym8)", unhex(t, "a3 01 78"), (*Reader).ReadSymbol, Symbol("x"))
-	readAll(t, "ReadSymbol(sym32)", unhex(t, "b3 00 00 00 01 78"), (*Reader).ReadSymbol, Symbol("x"))
+	readAll(t, "ReadFloat", hexbytes.Parse(t, "72 3f 80 00 00"), (*Reader).ReadFloat, float32(1))
+	readAll(t, "ReadDouble", hexbytes.Parse(t, "82 c0 00 00 00 00 00 00 00"), (*Reader).ReadDouble, float64(-2))
+	readAll(t, "ReadDecimal32", hexbytes.Parse(t, "74 01 02 03 04"), (*Reader).ReadDecimal32, Decimal32{1, 2, 3, 4})
+	readAll(t, "ReadDecimal64", hexbytes.Parse(t, "84 01 02 03 04 05 06 07 08"), (*Reader).ReadDecimal64, Decimal64{1, 2, 3, 4, 5, 6, 7, 8})
+	readAll(t, "ReadDecimal128", hexbytes.Parse(t, "94 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 09"), (*Reader).ReadDecimal128, Decimal128{15: 9})
+	readAll(t, "ReadChar", hexbytes.Parse(t, "73 00 00 27 64"), (*Reader).ReadChar, Char('❤'))
+	readAll(t, "ReadTimestamp", hexbytes.Parse(t, "83 ff ff ff ff ff ff ff fe"), (*Reader).ReadTimestamp, Timestamp(-2))
+	readAll(t, "ReadUUID", hexbytes.Parse(t, "98 01 00 00 00 00 00 00 00 00 00 00 00 00 00 00 02"), (*Reader).ReadUUID, UUID{0: 1, 15: 2})
+	readAll(t, "ReadString(str8)", hexbytes.Parse(t, "a1 02 68 69"), (*Reader).ReadString, "hi")
+	readAll(t, "ReadString(str32)", hexbytes.Parse(t, "b1 00 00 00 02 68 69"), (*Reader).ReadString, "hi")
+	readAll(t, "ReadSymbol(sym8)", hexbytes.Parse(t, "a3 01 78"), (*Reader).ReadSymbol, Symbol("x"))
+	readAll(t, "ReadSymbol(sym32)", hexbytes.Parse(t, "b3 00 00 00 01 78"), (*Reader).ReadSymbol, Symbol("x"))
 	str := func(r *Reader) (string, error) { b, err := r.ReadBinary(); return string(b), err }
-	readAll(t, "ReadBinary(vbin8)", unhex(t, "a0 01 ff"), str, "\xff")
-	readAll(t, "ReadBinary(vbin32)", unhex(t, "b0 00 00 00 01 ff"), str, "\xff")
+	readAll(t, "ReadBinary(vbin8)", hexbytes.Parse(t, "a0 01 ff"), str, "\xff")
+	readAll(t, "ReadBinary(vbin32)", hexbytes.Parse(t, "b0 00 00 00 01 ff"), str, "\xff")
 	text := func(r *Reader) (string, error) { b, err := r.ReadStringOrSymbolBytes(); return string(b), err }
-	readAll(t, "ReadStringOrSymbolBytes(sym)", unhex(t, "a3 01 78"), text, "x")
-	readAll(t, "ReadStringOrSymbolBytes(str)", unhex(t, "b1 00 00 00 01 78"), text, "x")
+	readAll(t, "ReadStringOrSymbolBytes(sym)", hexbytes.Parse(t, "a3 01 78"), text, "x")
+	readAll(t, "ReadStringOrSymbolBytes(str)", hexbytes.Parse(t, "b1 00 00 00 01 78"), text, "x")
 }
 
 func TestReadersRejectOtherTypes(t *testing.T) {
@@ -120,7 +122,7 @@ func TestReadersRejectOtherTypes(t *testing.T) {
 		{"descriptor missing", "45", func(r *Reader) error { _, err := r.ReadDescriptor(); return err }},
 	}
 	for _, c := range cases {
-		r := NewReader(unhex(t, c.hex))
+		r := NewReader(hexbytes.Parse(t, c.hex))
 		err := c.read(&r)
 		if err == nil {
 			t.Errorf("%s: accepted", c.name)
@@ -133,7 +135,7 @@ func TestReadersRejectOtherTypes(t *testing.T) {
 }
 
 func TestReadStringsDoNotCopy(t *testing.T) {
-	b := unhex(t, "a1 02 68 69")
+	b := hexbytes.Parse(t, "a1 02 68 69")
 	r := NewReader(b)
 	s, err := r.ReadStringBytes()
 	if err != nil {
@@ -157,7 +159,7 @@ func TestReadDescriptor(t *testing.T) {
 		{"00 80 00 00 00 13 70 00 00 0c 45", Descriptor{Code: 0x137000000C}},
 		{"00 44 45", Descriptor{Code: 0}},
 	} {
-		r := NewReader(unhex(t, c.hex))
+		r := NewReader(hexbytes.Parse(t, c.hex))
 		d, err := r.ReadDescriptor()
 		if err != nil || d.Code != c.want.Code || d.Symbolic {
 			t.Errorf("%s: got %+v, %v", c.hex, d, err)
@@ -184,7 +186,7 @@ func TestReadSymbolsAcceptsOneOrMany(t *testing.T) {
 		{"f0 00 00 00 0e 00 00 00 02 b3 00 00 00 01 78 00 00 00 00", []Symbol{"x", ""}},
 		{"e0 02 00 a3", nil},
 	} {
-		r := NewReader(unhex(t, c.hex))
+		r := NewReader(hexbytes.Parse(t, c.hex))
 		got, err := r.ReadSymbols(nil)
 		if err != nil || len(got) != len(c.want) || r.Len() != 0 {
 			t.Errorf("%s: got %q, %v, %d left", c.hex, got, err, r.Len())
@@ -197,7 +199,7 @@ func TestReadSymbolsAcceptsOneOrMany(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"a1 01 78", "e0 03 01 a1 00", "e0 04 01 a3 05 78"} {
-		r := NewReader(unhex(t, bad))
+		r := NewReader(hexbytes.Parse(t, bad))
 		if _, err := r.ReadSymbols(nil); err == nil {
 			t.Errorf("%s: accepted", bad)
 		}
@@ -205,7 +207,7 @@ func TestReadSymbolsAcceptsOneOrMany(t *testing.T) {
 }
 
 func TestTryNullAndSeek(t *testing.T) {
-	r := NewReader(unhex(t, "40 c0 03 02 43 43 52 01"))
+	r := NewReader(hexbytes.Parse(t, "40 c0 03 02 43 43 52 01"))
 	if !r.TryNull() || r.TryNull() {
 		t.Fatal("TryNull should consume exactly one null")
 	}

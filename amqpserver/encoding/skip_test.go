@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
 )
 
 func TestSkipUnknownCodesBySubcategory(t *testing.T) {
@@ -23,7 +25,7 @@ func TestSkipUnknownCodesBySubcategory(t *testing.T) {
 		"af 01 02 61 62",    // extension type, variable 1
 		"00 a3 01 78 57 01", // described unknown type
 	} {
-		b := unhex(t, hex)
+		b := hexbytes.Parse(t, hex)
 		r := NewReader(append(b, 0x40))
 		raw, err := r.ReadRaw()
 		if err != nil || !bytes.Equal(raw, b) {
@@ -55,7 +57,7 @@ func TestSkipRejectsMalformed(t *testing.T) {
 		"c1 02 01 40",          // map with an odd item count
 		"e0 05 01 c1 02 01 40", // the same map as an array element
 	} {
-		r := NewReader(unhex(t, hex))
+		r := NewReader(hexbytes.Parse(t, hex))
 		err := r.Skip()
 		if hex == "c0 02 01 40 40" {
 			if err != nil || r.Len() != 1 {
@@ -73,7 +75,7 @@ func TestSkipRejectsMalformed(t *testing.T) {
 
 func TestSkipZeroWidthArrayIsCheap(t *testing.T) {
 	// Four billion nulls in ten bytes: skipping must not loop over them.
-	r := NewReader(unhex(t, "f0 00 00 00 05 ff ff ff ff 40"))
+	r := NewReader(hexbytes.Parse(t, "f0 00 00 00 05 ff ff ff ff 40"))
 	if err := r.Skip(); err != nil || r.Len() != 0 {
 		t.Fatalf("%v, %d left", err, r.Len())
 	}
@@ -101,16 +103,16 @@ func TestLimits(t *testing.T) {
 		t.Fatalf("deeply described: %v", err)
 	}
 
-	nulls := unhex(t, "f0 00 00 00 05 ff ff ff ff 40")
+	nulls := hexbytes.Parse(t, "f0 00 00 00 05 ff ff ff ff 40")
 	r = NewReader(nulls)
 	if _, err := r.ReadAny(Limits{}); !errors.Is(err, ErrLimitExceeded) {
 		t.Fatalf("four billion nulls: %v", err)
 	}
-	r = NewReader(unhex(t, "e0 02 05 40"))
+	r = NewReader(hexbytes.Parse(t, "e0 02 05 40"))
 	if _, err := r.ReadAny(Limits{MaxElements: 4}); !errors.Is(err, ErrLimitExceeded) {
 		t.Fatalf("MaxElements 4: %v", err)
 	}
-	r = NewReader(unhex(t, "e0 02 05 40"))
+	r = NewReader(hexbytes.Parse(t, "e0 02 05 40"))
 	if v, err := r.ReadAny(Limits{MaxElements: 5}); err != nil || len(v.(Array).Elements) != 5 {
 		t.Fatalf("MaxElements 5: %v", err)
 	}
@@ -125,7 +127,7 @@ func TestReadAnyRejectsMalformed(t *testing.T) {
 		"", "57 01", "56 02", "c1 03 01 40 40", "c0 02 02 40", "c0 03 01 40 40",
 		"e0 03 01 98 00", "f0 00 00 00 05 00 00 00 01 a1", "00 53", "e0 02 01 57",
 	} {
-		r := NewReader(unhex(t, hex))
+		r := NewReader(hexbytes.Parse(t, hex))
 		if v, err := r.ReadAny(Limits{}); err == nil {
 			t.Errorf("%s: decoded %#v", hex, v)
 		} else if !errors.Is(err, ErrDecode) {

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
+
 	"github.com/walbus/walbus/amqpserver/encoding"
 )
 
@@ -46,7 +48,7 @@ var appendix = []struct {
 
 func TestAppendixExamples(t *testing.T) {
 	for _, ex := range appendix {
-		frame := unhex(t, ex.hex)
+		frame := hexbytes.Parse(t, ex.hex)
 		h, body, err := ParseFrame(frame)
 		if err != nil {
 			t.Fatalf("%s: %v", ex.name, err)
@@ -61,12 +63,12 @@ func TestAppendixExamples(t *testing.T) {
 		if !reflect.DeepEqual(p, ex.want) {
 			t.Errorf("%s: decoded %#v, want %#v", ex.name, p, ex.want)
 		}
-		if ex.name == "transfer" && !bytes.Equal(payload, unhex(t, "00 53 75 A0 02 68 69")) {
+		if ex.name == "transfer" && !bytes.Equal(payload, hexbytes.Parse(t, "00 53 75 A0 02 68 69")) {
 			t.Errorf("transfer payload % x", payload)
 		}
 		again := AppendFrame(nil, ex.typ, 0, p, payload)
 		if ex.exact && !bytes.Equal(again, frame) {
-			t.Errorf("%s: re-encoded\n%s\nwant\n%s", ex.name, spaced(again), spaced(frame))
+			t.Errorf("%s: re-encoded\n%s\nwant\n%s", ex.name, hexbytes.Spaced(again), hexbytes.Spaced(frame))
 		}
 		_, body2, err := ParseFrame(again)
 		if err != nil {
@@ -81,8 +83,8 @@ func TestAppendixExamples(t *testing.T) {
 
 func TestHeartbeat(t *testing.T) {
 	b := AppendEmptyFrame(nil)
-	if spaced(b) != "00 00 00 08 02 00 00 00" {
-		t.Fatalf("got %s", spaced(b))
+	if hexbytes.Spaced(b) != "00 00 00 08 02 00 00 00" {
+		t.Fatalf("got %s", hexbytes.Spaced(b))
 	}
 	h, body, err := ParseFrame(b)
 	if err != nil || !h.IsEmpty() || len(body) != 0 {
@@ -91,7 +93,7 @@ func TestHeartbeat(t *testing.T) {
 }
 
 func TestAppendixSASLOutcomeTypoIsRejected(t *testing.T) {
-	_, body, err := ParseFrame(unhex(t, "00 00 00 10 02 01 00 00 | 00 53 44 C0 02 01 50 00"))
+	_, body, err := ParseFrame(hexbytes.Parse(t, "00 00 00 10 02 01 00 00 | 00 53 44 C0 02 01 50 00"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
+
 	"github.com/walbus/walbus/amqpserver/encoding"
 )
 
@@ -29,7 +31,7 @@ func TestMissingMandatoryFields(t *testing.T) {
 		{"received without offset", "00 53 23 C0 02 01 43", &Received{}},
 		{"declared without txn-id", "00 53 33 45", &Declared{}},
 	} {
-		err := c.into.Decode(unhex(t, c.hex))
+		err := c.into.Decode(hexbytes.Parse(t, c.hex))
 		if !errors.Is(err, ErrMissingField) || !errors.Is(err, encoding.ErrDecode) {
 			t.Errorf("%s: %v", c.name, err)
 		}
@@ -52,12 +54,12 @@ func TestDecodeRejects(t *testing.T) {
 		{"unknown delivery state", "00 53 15 C0 09 05 41 43 40 41 00 53 99 45", &Disposition{}},
 		{"properties not a map", "00 53 10 C0 0D 0A A1 01 63 40 40 40 40 40 40 40 40 43", &Open{}},
 	} {
-		err := c.into.Decode(unhex(t, c.hex))
+		err := c.into.Decode(hexbytes.Parse(t, c.hex))
 		if err == nil || !errors.Is(err, encoding.ErrDecode) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}
-	if _, _, err := ParseBody(unhex(t, "00 53 77 45")); !errors.Is(err, ErrUnknownPerformative) {
+	if _, _, err := ParseBody(hexbytes.Parse(t, "00 53 77 45")); !errors.Is(err, ErrUnknownPerformative) {
 		t.Errorf("amqp-value as a performative: %v", err)
 	}
 	sym := append([]byte{0x00, encoding.CodeSym8, 9}, "amqp:nope"...)
@@ -69,7 +71,7 @@ func TestDecodeRejects(t *testing.T) {
 // Fields added by a later protocol version are skipped (AMQP 1.0 §1.4).
 func TestExtraFieldsIgnored(t *testing.T) {
 	var c Close
-	if err := c.Decode(unhex(t, "00 53 18 C0 05 02 40 A1 01 78")); err != nil || c.Error != nil {
+	if err := c.Decode(hexbytes.Parse(t, "00 53 18 C0 05 02 40 A1 01 78")); err != nil || c.Error != nil {
 		t.Fatalf("%+v %v", c, err)
 	}
 }

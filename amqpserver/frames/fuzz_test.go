@@ -3,6 +3,8 @@ package frames
 import (
 	"bytes"
 	"testing"
+
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
 )
 
 // FuzzParseFrame feeds arbitrary bytes through the frame header and
@@ -10,7 +12,7 @@ import (
 // decodes must re-encode to bytes that decode to the same value.
 func FuzzParseFrame(f *testing.F) {
 	for _, ex := range appendix {
-		f.Add(unhex(f, ex.hex))
+		f.Add(hexbytes.Parse(f, ex.hex))
 	}
 	for _, p := range full() {
 		f.Add(AppendFrame(nil, TypeAMQP, 0, p, []byte{1, 2}))

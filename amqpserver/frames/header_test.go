@@ -3,10 +3,12 @@ package frames
 import (
 	"errors"
 	"testing"
+
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
 )
 
 func TestParseHeader(t *testing.T) {
-	h, err := ParseHeader(unhex(t, "00 00 01 00 02 00 00 07"))
+	h, err := ParseHeader(hexbytes.Parse(t, "00 00 01 00 02 00 00 07"))
 	if err != nil || h != (Header{Size: 256, DataOffset: 2, Type: TypeAMQP, Channel: 7}) {
 		t.Fatalf("%+v %v", h, err)
 	}
@@ -20,7 +22,7 @@ func TestParseHeader(t *testing.T) {
 		"00 00 00 08 02 02 00 00", // frame type 2 is undefined
 		"00 00 00 08 02 00 00",    // short
 	} {
-		if _, err := ParseHeader(unhex(t, bad)); !errors.Is(err, ErrMalformedFrame) {
+		if _, err := ParseHeader(hexbytes.Parse(t, bad)); !errors.Is(err, ErrMalformedFrame) {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}
@@ -28,7 +30,7 @@ func TestParseHeader(t *testing.T) {
 
 func TestExtendedHeaderIsSkipped(t *testing.T) {
 	// DOFF 3: four bytes of extended header before the close body.
-	frame := unhex(t, "00 00 00 10 03 00 00 00 | DE AD BE EF | 00 53 18 45")
+	frame := hexbytes.Parse(t, "00 00 00 10 03 00 00 00 | DE AD BE EF | 00 53 18 45")
 	h, body, err := ParseFrame(frame)
 	if err != nil || h.BodyOffset() != 12 {
 		t.Fatalf("%+v %v", h, err)
@@ -40,7 +42,7 @@ func TestExtendedHeaderIsSkipped(t *testing.T) {
 }
 
 func TestParseFrameNeedsWholeFrame(t *testing.T) {
-	if _, _, err := ParseFrame(unhex(t, "00 00 00 0C 02 00 00 00 00 53")); !errors.Is(err, ErrMalformedFrame) {
+	if _, _, err := ParseFrame(hexbytes.Parse(t, "00 00 00 0C 02 00 00 00 00 53")); !errors.Is(err, ErrMalformedFrame) {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -51,8 +53,8 @@ func TestProtocolHeaders(t *testing.T) {
 		want string
 	}{{ProtocolAMQP, "41 4D 51 50 00 01 00 00"}, {ProtocolTLS, "41 4D 51 50 02 01 00 00"}, {ProtocolSASL, "41 4D 51 50 03 01 00 00"}} {
 		b := AppendProtocolHeader(nil, c.id)
-		if spaced(b) != c.want {
-			t.Errorf("%d: %s", c.id, spaced(b))
+		if hexbytes.Spaced(b) != c.want {
+			t.Errorf("%d: %s", c.id, hexbytes.Spaced(b))
 		}
 		p, err := ParseProtocolHeader(b)
 		if err != nil || p.ID != c.id || !p.Supported() {

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
+
 	"github.com/walbus/walbus/amqpserver/encoding"
 )
 
@@ -128,7 +130,7 @@ func TestSymbolicDescriptors(t *testing.T) {
 		t.Fatalf("got %#v", p)
 	}
 	// A disposition whose state uses the symbolic accepted descriptor.
-	body = unhex(t, "00 53 15 C0 16 05 41 43 40 41")
+	body = hexbytes.Parse(t, "00 53 15 C0 16 05 41 43 40 41")
 	body = append(body, 0x00, encoding.CodeSym8, 18)
 	body = append(body, "amqp:accepted:list"...)
 	body = append(body, encoding.CodeList0)
@@ -145,17 +147,17 @@ func TestSymbolicDescriptors(t *testing.T) {
 func TestUbyteFieldsUse0x50(t *testing.T) {
 	a := &Attach{Name: "n", Role: RoleSender, SndSettleMode: Some(SenderSettleUnsettled), RcvSettleMode: Some(ReceiverSettleFirst)}
 	want := "00 53 12 C0 0A 05 A1 01 6E 43 42 50 00 50 00"
-	if got := spaced(a.AppendTo(nil)); got != want {
+	if got := hexbytes.Spaced(a.AppendTo(nil)); got != want {
 		t.Fatalf("got %s, want %s", got, want)
 	}
-	if got := spaced((&SASLOutcome{Code: SASLAuth}).AppendTo(nil)); got != "00 53 44 C0 03 01 50 01" {
+	if got := hexbytes.Spaced((&SASLOutcome{Code: SASLAuth}).AppendTo(nil)); got != "00 53 44 C0 03 01 50 01" {
 		t.Fatalf("sasl-outcome: %s", got)
 	}
 }
 
 func TestMultipleSymbolAcceptsSingleValue(t *testing.T) {
 	// open("c", offered-capabilities = single symbol "x") in field 7.
-	body := unhex(t, "00 53 10 C0 0D 08 A1 01 63 40 40 40 40 40 40 A3 01 78")
+	body := hexbytes.Parse(t, "00 53 10 C0 0D 08 A1 01 63 40 40 40 40 40 40 A3 01 78")
 	var o Open
 	if err := o.Decode(body); err != nil {
 		t.Fatal(err)
@@ -167,7 +169,7 @@ func TestMultipleSymbolAcceptsSingleValue(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	var o Open
-	if err := o.Decode(unhex(t, "00 53 10 C0 03 01 A1 00")); err != nil {
+	if err := o.Decode(hexbytes.Parse(t, "00 53 10 C0 03 01 A1 00")); err != nil {
 		t.Fatal(err)
 	}
 	if o.FrameSizeLimit() != 4294967295 || o.ChannelLimit() != 65535 || o.MaxFrameSize.Present {
@@ -217,7 +219,7 @@ func TestSessionFilterEchoedAsReceived(t *testing.T) {
 		}
 		echoed := s.AppendTo(nil)
 		if string(echoed) != string(src) {
-			t.Errorf("echo differs:\n%s\n%s", spaced(echoed), spaced(src))
+			t.Errorf("echo differs:\n%s\n%s", hexbytes.Spaced(echoed), hexbytes.Spaced(src))
 		}
 		got, _ := s.Filter.Get(string(key))
 		switch value[0] {

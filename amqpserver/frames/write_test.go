@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
+
 	"github.com/walbus/walbus/amqpserver/encoding"
 )
 
@@ -108,7 +110,7 @@ func TestAppendFrameAndBeginEndAgree(t *testing.T) {
 	b = fl.AppendTo(b)
 	b = EndFrame(b, start)
 	if !bytes.Equal(a, b) {
-		t.Fatalf("%s\n%s", spaced(a), spaced(b))
+		t.Fatalf("%s\n%s", hexbytes.Spaced(a), hexbytes.Spaced(b))
 	}
 	h, body, err := ParseFrame(a)
 	if err != nil || h.Channel != 9 {

@@ -1,23 +1,11 @@
 package message
 
 import (
-	"encoding/hex"
-	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/Azure/go-amqp"
 )
-
-func unhex(t testing.TB, s string) []byte {
-	t.Helper()
-	s = strings.NewReplacer(" ", "", "|", "", "\n", "", "\t", "").Replace(s)
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		t.Fatalf("bad hex %q: %v", s, err)
-	}
-	return b
-}
 
 func ptr[T any](v T) *T { return &v }
 

@@ -1,4 +1,6 @@
-package frames
+// Package hexbytes writes and reads bytes as spaced hex, the way the AMQP
+// specification and our wire notes show frames; for tests.
+package hexbytes
 
 import (
 	"encoding/hex"
@@ -6,7 +8,9 @@ import (
 	"testing"
 )
 
-func unhex(t testing.TB, s string) []byte {
+// Parse turns "00 53 10" into bytes; spaces, '|', newlines and tabs are
+// ignored. Bad hex fails the test.
+func Parse(t testing.TB, s string) []byte {
 	t.Helper()
 	s = strings.NewReplacer(" ", "", "|", "", "\n", "", "\t", "").Replace(s)
 	b, err := hex.DecodeString(s)
@@ -16,7 +20,8 @@ func unhex(t testing.TB, s string) []byte {
 	return b
 }
 
-func spaced(b []byte) string {
+// Spaced writes b as upper-case hex bytes separated by spaces: "00 53 10".
+func Spaced(b []byte) string {
 	var sb strings.Builder
 	for i, c := range b {
 		if i > 0 {
