@@ -18,21 +18,11 @@ func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error))
 		t.Send(queue, msgs, done)
 		return
 	}
-	err := e.post(func(e *Entity) {
-		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs})
-		if err != nil {
-			done(err)
-			return
-		}
-		// Even when every message was a duplicate (no events), done waits
-		// for whatever came before: the original may not be durable yet.
-		if err := e.commit(evs, done); err != nil {
-			done(err)
-		}
+	// Even when every message is a duplicate (no events), done waits for
+	// whatever came before: the original may not be durable yet.
+	e.do(done, func(e *Entity) ([]log.Event, error) {
+		return e.decide(projection.Send{Queue: queue, Messages: msgs})
 	})
-	if err != nil {
-		done(err)
-	}
 }
 
 // Schedule is Send that reports the SequenceNumber of each message it
