@@ -342,7 +342,7 @@ func TestReplayRetainedEqualsUncompacted(t *testing.T) {
 func TestReplayRetainedOfAnotherEntity(t *testing.T) {
 	cs := compactedFixture(t)
 	retained := copyTree(t, cs.retained)
-	if err := os.WriteFile(filepath.Join(RetainedDir(retained, 1), "entity-name"), []byte("payments\n"), 0o640); err != nil {
+	if err := os.WriteFile(filepath.Join(compaction.RetainedDir(retained, 1), "entity-name"), []byte("payments\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	err := Replay(io.Discard, cs.data, ReplayOptions{Entity: "orders", Retained: retained})

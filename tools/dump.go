@@ -13,6 +13,7 @@ import (
 
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/snapshot"
+	"github.com/walbus/walbus/tools/compaction"
 )
 
 // DumpReport is the low-level view of a data directory's files.
@@ -109,8 +110,8 @@ func Dump(data string, opts DumpOptions) (*DumpReport, error) {
 		ld := dumpLog(e.Name, data, e.LogDir(), e.SnapshotDir())
 		ld.Archives, ld.ArchiveBytes = dumpArchives(filepath.Join(e.Dir, archiveDir), "*.wba")
 		if opts.Retained != "" {
-			dir := RetainedDir(opts.Retained, e.ID)
-			if ld.Retained, ld.RetainedBytes = dumpArchives(dir, "history-*.wba"); len(ld.Retained) > 0 {
+			dir := compaction.RetainedDir(opts.Retained, e.ID)
+			if ld.Retained, ld.RetainedBytes = dumpArchives(dir, compaction.RetainedGlob); len(ld.Retained) > 0 {
 				ld.RetainedDir = filepath.Base(dir)
 			}
 			if err := checkRetainedName(dir, e.Name); err != nil && !e.Orphan {
@@ -154,12 +155,12 @@ func retainedOnly(dir string, cat *Catalog) []LogDump {
 			continue
 		}
 		name := fmt.Sprintf("$entity-%d", id)
-		if b, err := os.ReadFile(filepath.Join(dir, ent.Name(), "entity-name")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, ent.Name(), compaction.RetainedNameFile)); err == nil {
 			name = strings.TrimSuffix(string(b), "\n")
 		}
 		ld := LogDump{Label: name, Dir: ent.Name(), Segments: []SegmentDump{}, RetainedDir: ent.Name(),
 			Problem: "retained history of an entity the data directory does not have"}
-		ld.Retained, ld.RetainedBytes = dumpArchives(filepath.Join(dir, ent.Name()), "history-*.wba")
+		ld.Retained, ld.RetainedBytes = dumpArchives(filepath.Join(dir, ent.Name()), compaction.RetainedGlob)
 		out = append(out, ld)
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/tools/compaction"
 )
 
 // Where a record was read from: replay's source field.
@@ -50,8 +51,8 @@ func logRecords(label, dir string) (*records, error) {
 }
 
 // entityRecords opens entity e's log and archives and, if retained is not
-// empty, its history in that directory (see RetainedDir). Archives that do
-// not open are listed in problems and left out.
+// empty, its history in that directory (see compaction.RetainedDir).
+// Archives that do not open are listed in problems and left out.
 func entityRecords(e EntityInfo, retained string) (*records, error) {
 	r, err := logRecords(e.Name, e.LogDir())
 	if err != nil {
@@ -59,12 +60,12 @@ func entityRecords(e EntityInfo, retained string) (*records, error) {
 	}
 	r.archives = r.openAll(filepath.Join(e.Dir, archiveDir), "*.wba", "archive")
 	if retained != "" {
-		dir := RetainedDir(retained, e.ID)
+		dir := compaction.RetainedDir(retained, e.ID)
 		if err := checkRetainedName(dir, e.Name); err != nil {
 			r.close()
 			return nil, err
 		}
-		r.retained = r.openAll(dir, "history-*.wba", "retained history")
+		r.retained = r.openAll(dir, compaction.RetainedGlob, "retained history")
 	}
 	held := map[uint64]heldRecord{}
 	for _, set := range []struct {
@@ -85,16 +86,10 @@ func entityRecords(e EntityInfo, retained string) (*records, error) {
 	return r, nil
 }
 
-// RetainedDir is where `walbus compact --retain dir` keeps the history of
-// the entity with id: one directory per entity, named by its id.
-func RetainedDir(dir string, id uint64) string {
-	return filepath.Join(dir, fmt.Sprintf("%020d", id))
-}
-
 // checkRetainedName refuses retained history recorded for another entity
 // (entity ids are only unique within one data directory).
 func checkRetainedName(dir, name string) error {
-	b, err := os.ReadFile(filepath.Join(dir, "entity-name"))
+	b, err := os.ReadFile(filepath.Join(dir, compaction.RetainedNameFile))
 	if err != nil {
 		return nil // no history kept for the entity, or no name to compare
 	}

@@ -85,6 +85,19 @@ func Compact(dataDir string, opts Options) ([]Report, error) {
 	return reports, nil
 }
 
+// The layout of `--retain DIR`, which the offline tools read back: per
+// entity a directory named by its id holding the history archives and a
+// file with the entity's name.
+const (
+	RetainedGlob     = "history-*.wba" // the history archives in a RetainedDir
+	RetainedNameFile = "entity-name"
+)
+
+// RetainedDir is where --retain dir keeps the history of the entity with id.
+func RetainedDir(dir string, id uint64) string {
+	return filepath.Join(dir, fmt.Sprintf("%020d", id))
+}
+
 // EntityDir is an entity of a data directory.
 type EntityDir struct {
 	Name string
@@ -322,11 +335,11 @@ func retainHistory(l *log.Log, archives []*log.Archive, needed []projection.Ref,
 	if len(dropped) > 0 && first >= cut {
 		to = dropped[len(dropped)-1]
 	}
-	entityDir := filepath.Join(dir, fmt.Sprintf("%020d", e.ID))
+	entityDir := RetainedDir(dir, e.ID)
 	if err := os.MkdirAll(entityDir, 0o750); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(entityDir, "entity-name"), []byte(e.Name+"\n"), 0o640); err != nil {
+	if err := os.WriteFile(filepath.Join(entityDir, RetainedNameFile), []byte(e.Name+"\n"), 0o640); err != nil {
 		return "", err
 	}
 	path := filepath.Join(entityDir, fmt.Sprintf("history-%020d-%020d.wba", from, to))
