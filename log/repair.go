@@ -151,5 +151,5 @@ func truncateFile(path string, size int64) error {
 }
 
 func segmentPath(dir string, first uint64) string {
-	return dir + string(os.PathSeparator) + segmentName(first)
+	return dir + string(os.PathSeparator) + SegmentName(first)
 }

@@ -17,7 +17,8 @@ import (
 
 const segmentNameLen = 20
 
-func segmentName(first uint64) string { return fmt.Sprintf("%020d", first) }
+// SegmentName is the file name of the segment whose first index is first.
+func SegmentName(first uint64) string { return fmt.Sprintf("%020d", first) }
 
 // CorruptionError reports damage before the tail of a log: a record that
 // fails its checks and is followed by valid data, a gap between segments, or
@@ -32,7 +33,7 @@ type CorruptionError struct {
 
 func (e *CorruptionError) Error() string {
 	return fmt.Sprintf("log %s: segment %s offset %d (index %d): corrupt: %s",
-		e.Dir, segmentName(e.Segment), e.Offset, e.Index, e.Reason)
+		e.Dir, SegmentName(e.Segment), e.Offset, e.Index, e.Reason)
 }
 
 // ErrCorrupt matches every *CorruptionError with errors.Is.
@@ -254,7 +255,7 @@ func (s *segmentSet) readAt(index uint64, pos Position, buf []byte) (Event, []by
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return Event{}, buf, fmt.Errorf("read index %d at %s+%d: %w", index, segmentName(first), pos.Offset, err)
+		return Event{}, buf, fmt.Errorf("read index %d at %s+%d: %w", index, SegmentName(first), pos.Offset, err)
 	}
 	e, err := DecodeRecord(buf)
 	if err == nil && e.Index != index {
@@ -287,7 +288,7 @@ func (s *segmentSet) scan(from, to uint64, fn func(*Event) error) error {
 		}
 		data, err := os.ReadFile(s.path(segs[i]))
 		if err != nil {
-			return fmt.Errorf("read segment %s: %w", segmentName(segs[i]), err)
+			return fmt.Errorf("read segment %s: %w", SegmentName(segs[i]), err)
 		}
 		off := 0
 		for off < len(data) && want <= to {

@@ -219,7 +219,7 @@ func nearbyName(path string, delta int) string {
 	if isSegment(path) {
 		n, _ := strconv.ParseUint(base, 10, 64)
 		if m := int64(n) + int64(delta); m > 0 {
-			return filepath.Join(dir, segmentName(uint64(m)))
+			return filepath.Join(dir, log.SegmentName(uint64(m)))
 		}
 		return ""
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+
 	"github.com/walbus/walbus/log"
 )
 

@@ -31,9 +31,6 @@ func (d *Damage) Error() string {
 	return fmt.Sprintf("segment %s offset %d (index %d): %s: %s", d.Segment, d.Offset, d.Index, kind, d.Reason)
 }
 
-// segmentName is a segment's file name: its first index as 20 digits.
-func segmentName(first uint64) string { return fmt.Sprintf("%020d", first) }
-
 // readLog calls fn for every record of ro with from <= index <= to (to 0: to
 // the end), in order, while the log reads back: it stops at the first
 // damaged record or missing index and returns where that was. An error fn
@@ -52,7 +49,7 @@ func readLog(ro *log.ReadOnly, from, to uint64, fn func(ev *log.Event, seg strin
 		name := filepath.Base(s.Path)
 		if want != 0 && s.First != want {
 			if s.First > want {
-				return &Damage{Segment: segmentName(want), Index: want, Offset: -1,
+				return &Damage{Segment: log.SegmentName(want), Index: want, Offset: -1,
 					Reason: fmt.Sprintf("records %d-%d are in no segment file", want, s.First-1)}, nil
 			}
 			return &Damage{Segment: name, Index: s.First, Offset: -1,

@@ -142,7 +142,7 @@ func (v *verifier) namespace() map[uint64]*EntityInfo {
 	}
 	defer ro.Close()
 	if first := firstIndex(ro); first > 1 {
-		v.add(NamespaceLabel, segmentName(first), first, "the namespace log starts at index %d: its first records are gone", first)
+		v.add(NamespaceLabel, log.SegmentName(first), first, "the namespace log starts at index %d: its first records are gone", first)
 	}
 	lg := &logCheck{v: v, label: NamespaceLabel}
 	lg.walk(ro, func(ev *log.Event, seg string) {
@@ -213,7 +213,7 @@ func (lg *logCheck) walk(ro *log.ReadOnly, visit func(ev *log.Event, seg string)
 		if want != 0 && s.First != want {
 			readable, brokenBeforeTail = false, true
 			if s.First > want {
-				lg.v.add(lg.label, segmentName(want), want, "records %d-%d are missing: no segment file holds them (a deleted segment?)", want, s.First-1)
+				lg.v.add(lg.label, log.SegmentName(want), want, "records %d-%d are missing: no segment file holds them (a deleted segment?)", want, s.First-1)
 			} else {
 				lg.v.add(lg.label, name, s.First, "segment starts at index %d, but the segment before it holds records up to %d (a duplicated or renamed file?)", s.First, want-1)
 			}
@@ -332,7 +332,7 @@ func (v *verifier) entity(e EntityInfo) {
 			}
 		}
 		if c == nil {
-			v.add(e.Name, segmentName(first), first, "the log starts at index %d and no readable snapshot covers the events before it", first)
+			v.add(e.Name, log.SegmentName(first), first, "the log starts at index %d and no readable snapshot covers the events before it", first)
 		}
 	}
 	compare := func() {

@@ -121,7 +121,7 @@ func mutate(t *testing.T, path string, fn func([]byte) []byte) {
 }
 
 func segPath(e EntityInfo, first uint64) string {
-	return filepath.Join(e.LogDir(), segmentName(first))
+	return filepath.Join(e.LogDir(), log.SegmentName(first))
 }
 
 // appendRecord adds ev to the segment file at path in tidwall's framing (a
@@ -263,10 +263,10 @@ func TestVerifyNamespaceAndEntityDirs(t *testing.T) {
 	data := copyTree(t, goldenDir(t))
 	// Without its entity-deleted record, "empty" is live again, but its
 	// directory was removed; and a stray directory appears.
-	if err := os.Remove(filepath.Join(data, namespaceDir, segmentName(3))); err != nil {
+	if err := os.Remove(filepath.Join(data, namespaceDir, log.SegmentName(3))); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Join(data, entitiesDir, segmentName(7), logDir), 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Join(data, entitiesDir, log.SegmentName(7), logDir), 0o750); err != nil {
 		t.Fatal(err)
 	}
 	f := verifyUnchanged(t, data)
