@@ -32,12 +32,12 @@ func TestKeysFromFlagsAndFile(t *testing.T) {
 		return conn.NewSession(ctx, nil)
 	}
 	unauthorized := func(err error) bool {
-		var ae *amqp.Error
 		var le *amqp.LinkError
 		if errors.As(err, &le) && le.RemoteErr != nil {
-			ae = le.RemoteErr
+			err = le.RemoteErr
 		}
-		return (ae != nil || errors.As(err, &ae)) && ae.Condition == "amqp:unauthorized-access"
+		var ae *amqp.Error
+		return errors.As(err, &ae) && ae.Condition == "amqp:unauthorized-access"
 	}
 	ctx := context.Background()
 
