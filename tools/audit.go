@@ -77,17 +77,9 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 	if (opts.Seq == 0) == (opts.MessageID == "") {
 		return nil, errors.New("audit needs a SequenceNumber or a MessageId (one of them)")
 	}
-	cat, err := ReadCatalog(data)
+	info, recs, err := findEntityRecords(data, entity, opts.Retained)
 	if err != nil {
 		return nil, err
-	}
-	info, err := cat.Find(entity)
-	if err != nil {
-		return nil, err
-	}
-	recs, err := entityRecords(info, opts.Retained)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", info.Name, err)
 	}
 	defer recs.close()
 	var unreadable []string // held records that do not read back

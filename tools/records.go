@@ -50,6 +50,24 @@ func logRecords(label, dir string) (*records, error) {
 	return &records{label: label, ro: ro, first: firstIndex(ro)}, nil
 }
 
+// findEntityRecords finds the live entity called name in the data
+// directory data and opens its records (see entityRecords).
+func findEntityRecords(data, name, retained string) (EntityInfo, *records, error) {
+	cat, err := ReadCatalog(data)
+	if err != nil {
+		return EntityInfo{}, nil, err
+	}
+	info, err := cat.Find(name)
+	if err != nil {
+		return EntityInfo{}, nil, err
+	}
+	recs, err := entityRecords(info, retained)
+	if err != nil {
+		return EntityInfo{}, nil, fmt.Errorf("%s: %w", info.Name, err)
+	}
+	return info, recs, nil
+}
+
 // entityRecords opens entity e's log and archives and, if retained is not
 // empty, its history in that directory (see compaction.RetainedDir).
 // Archives that do not open are listed in problems and left out.

@@ -43,17 +43,9 @@ func (r *Rebuilt) Close() { r.recs.close() }
 // then the log after it. Like the server it leaves out a trailing atomic
 // group that never completed, and stops at damage.
 func Rebuild(data, entity string, at Point) (*Rebuilt, error) {
-	cat, err := ReadCatalog(data)
+	info, recs, err := findEntityRecords(data, entity, "")
 	if err != nil {
 		return nil, err
-	}
-	info, err := cat.Find(entity)
-	if err != nil {
-		return nil, err
-	}
-	recs, err := entityRecords(info, "")
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", info.Name, err)
 	}
 	r := &Rebuilt{Entity: info, recs: recs}
 	for _, p := range recs.problems {
