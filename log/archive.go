@@ -173,7 +173,7 @@ func (w *ArchiveWriter) Commit() error {
 		os.Remove(w.path + ".tmp")
 		return w.err
 	}
-	return syncDir(filepath.Dir(w.path))
+	return SyncDir(filepath.Dir(w.path))
 }
 
 // Abort drops an archive being written.

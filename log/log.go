@@ -510,7 +510,7 @@ func (l *Log) write(wb *wal.Batch, p *batch) (CommitStats, error) {
 	if p.cycled {
 		// tidwall fsyncs the segment it closes but not the directory that
 		// gained a file; and it keeps the closed segment cached in memory.
-		if err := syncDir(l.dir); err != nil {
+		if err := SyncDir(l.dir); err != nil {
 			return stats, fmt.Errorf("sync directory after new segment: %w", err)
 		}
 		l.wal.ClearCache()
@@ -633,7 +633,7 @@ func (l *Log) TruncateFront(upTo uint64) (uint64, error) {
 	}
 	l.bytes.Add(-removed)
 	l.first.Store(keep)
-	return keep, syncDir(l.dir)
+	return keep, SyncDir(l.dir)
 }
 
 // TruncateBack drops every record after index: the operator's repair for
@@ -661,7 +661,7 @@ func (l *Log) TruncateBack(index uint64) error {
 	l.cycleNext = l.tailSize > int64(l.opts.SegmentSize)
 	l.written.Store(index)
 	l.durable.Store(index)
-	return syncDir(l.dir)
+	return SyncDir(l.dir)
 }
 
 // Close waits for queued records to be written and fsynced, then closes the

@@ -117,7 +117,7 @@ func repairTail(dir string, segs []uint64, force bool) (TailRepair, []uint64, er
 		}
 		segs = segs[:i]
 	}
-	return rep, segs, syncDir(dir)
+	return rep, segs, SyncDir(dir)
 }
 
 // prevContinues reports whether the last record of the segment before segs[i]

@@ -335,7 +335,9 @@ func (s *segmentSet) close() {
 	}
 }
 
-func syncDir(dir string) error {
+// SyncDir fsyncs the directory dir, making the names created, renamed or
+// removed in it durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -24,6 +24,8 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -144,7 +146,7 @@ func Write(dir string, index uint64, raw []byte) (Info, error) {
 		os.Remove(tmp)
 		return Info{}, fmt.Errorf("write snapshot %d: %w", index, err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := log.SyncDir(dir); err != nil {
 		return Info{}, err
 	}
 	return Info{Index: index, Path: final, Size: int64(len(data))}, nil
@@ -261,13 +263,4 @@ func Prune(dir string, keep int) error {
 		}
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
