@@ -336,3 +336,31 @@ func TestDeliveriesRideOnTheNextFsync(t *testing.T) {
 		t.Fatalf("the completion cost %d fsyncs and left durable at %d (locks up to %d)", n, e.log.DurableIndex(), locked)
 	}
 }
+
+// A commit's done waits for both its durability and its apply, in either
+// order, and reports the log's result: whoever done wakes sees the state
+// the events made (TestForwardingValidated reads configs right after).
+func TestCommitDoneAfterDurableAndApplied(t *testing.T) {
+	for _, durableFirst := range []bool{true, false} {
+		var calls []error
+		w := &afterApply{done: func(err error) { calls = append(calls, err) }}
+		w.left.Store(2)
+		logErr := errors.New("fsync failed")
+		if durableFirst {
+			w.finish(logErr)
+		} else {
+			w.finish(nil) // applied
+		}
+		if len(calls) != 0 {
+			t.Fatalf("durable first %v: done ran after one of the two", durableFirst)
+		}
+		if durableFirst {
+			w.finish(nil)
+		} else {
+			w.finish(logErr)
+		}
+		if len(calls) != 1 || calls[0] != logErr {
+			t.Fatalf("durable first %v: done ran %d times with %v", durableFirst, len(calls), calls)
+		}
+	}
+}

@@ -194,14 +194,42 @@ func (e *Entity) decide(cmd projection.Command) ([]log.Event, error) {
 }
 
 // commit appends evs as one atomic group, applies them, and calls done (if
-// not nil) once they are durable. done runs on the log's writer goroutine
-// and must not block.
+// not nil) once they are durable and applied, so that whoever done wakes
+// sees the state they made (an entity's config, its counters). done runs
+// on the log's writer goroutine or on the actor and must not block.
 func (e *Entity) commit(evs []log.Event, done func(error)) error {
 	if len(evs) == 0 && done == nil {
 		return nil
 	}
-	_, err := e.log.Append(evs, done)
-	return e.applyAppended(evs, err)
+	if done == nil || len(evs) == 0 {
+		_, err := e.log.Append(evs, done)
+		return e.applyAppended(evs, err)
+	}
+	w := &afterApply{done: done}
+	w.left.Store(2)
+	_, err := e.log.Append(evs, w.finish)
+	if err := e.applyAppended(evs, err); err != nil {
+		return err // the caller reports err; w never completes
+	}
+	w.finish(nil)
+	return nil
+}
+
+// afterApply calls done once both the log's durability callback and the
+// actor's apply have run, with the log's result.
+type afterApply struct {
+	done func(error)
+	left atomic.Int32
+	err  error // the log's result; written before its finish
+}
+
+func (w *afterApply) finish(err error) {
+	if err != nil {
+		w.err = err
+	}
+	if w.left.Add(-1) == 0 {
+		w.done(w.err)
+	}
 }
 
 // commitLazy is commit for events nobody waits on and whose loss in a
