@@ -135,6 +135,45 @@ func BenchmarkSendReceiveComplete(b *testing.B) {
 	}
 }
 
+// BenchmarkSendBatches sends batches of 100 1 KB messages, 4 batches in
+// flight, to a queue nobody receives from: the broker side of a batched
+// send, with the record cache full and evicting.
+func BenchmarkSendBatches(b *testing.B) {
+	for _, sync := range []log.SyncPolicy{log.SyncAlways, log.SyncNone} {
+		b.Run(sync.String(), func(b *testing.B) {
+			br := openBench(b, Options{Dir: b.TempDir(), Sync: sync})
+			defer br.Close()
+			e, err := br.CreateQueue("q", projection.DefaultConfig())
+			if err != nil {
+				b.Fatal(err)
+			}
+			const batch = 100
+			msgs := make([]projection.Message, batch)
+			for i := range msgs {
+				msgs[i].Body = make([]byte, 1024)
+			}
+			inflight := make(chan struct{}, 4)
+			b.SetBytes(1024)
+			cpu0 := cpuTime()
+			b.ResetTimer()
+			for n := 0; n < b.N; n += batch {
+				inflight <- struct{}{}
+				e.Send(log.MainQueue, msgs, func(err error) {
+					if err != nil {
+						b.Error(err)
+					}
+					<-inflight
+				})
+			}
+			for range cap(inflight) {
+				inflight <- struct{}{}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N)/1e3, "cpu-µs/msg")
+		})
+	}
+}
+
 func openBench(b *testing.B, opts Options) *Broker {
 	br, _, err := Open(opts)
 	if err != nil {

@@ -313,6 +313,7 @@ func (d *decision) send(c Send) error {
 		return nil
 	}
 	var batchIDs map[string]bool
+	d.out = slices.Grow(d.out, len(c.Messages))
 	for _, m := range c.Messages {
 		if len(m.Body) > cfg.MaxMessageSize {
 			return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(m.Body), cfg.MaxMessageSize)

@@ -22,6 +22,7 @@ func benchCmd(args []string) int {
 	if err != nil {
 		return 2
 	}
+	tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := bench.Run(ctx, cfg, os.Stderr)

@@ -427,16 +427,18 @@ func listenAMQP(o *serveOptions, srv *amqpserver.Server, logger *slog.Logger) ([
 	return listeners, nil
 }
 
-// serveGCPercent is the garbage collector's target when GOGC is not set.
-// tidwall/wal keeps each log's open segment in one buffer that it grows by
-// reallocation, which allocates about five bytes for every byte logged;
-// with Go's default of 100 the collector then runs far more often than the
-// broker's live data calls for, and costs a third of its CPU. GOGC and
-// GOMEMLIMIT still rule when set.
-const serveGCPercent = 400
+// gcPercent is the garbage collector's target for serve and bench when
+// GOGC is not set. serve: tidwall/wal keeps each log's open segment in one
+// buffer that it grows by reallocation, which allocates about five bytes
+// for every byte logged; with Go's default of 100 the collector then runs
+// far more often than the broker's live data calls for, and costs a third
+// of its CPU. bench: the SDK allocates several times each message's size
+// to build it, and a load generator sharing the broker's cores should
+// leave them to the broker. GOGC and GOMEMLIMIT still rule when set.
+const gcPercent = 400
 
 func tuneGC() {
 	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(serveGCPercent)
+		debug.SetGCPercent(gcPercent)
 	}
 }
