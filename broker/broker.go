@@ -17,11 +17,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
@@ -135,7 +135,7 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		return nil, rec, err
 	}
 	b.lock = lock
-	ns, rep, err := log.Open(filepath.Join(opts.Dir, "namespace"), b.logOptions("", nil))
+	ns, rep, err := log.Open(layout.NamespaceDir(opts.Dir), b.logOptions("", nil))
 	if err != nil {
 		lock.Unlock()
 		return nil, rec, fmt.Errorf("open namespace log: %w", err)
@@ -215,7 +215,7 @@ func idOf(specs map[uint64]string, name string) uint64 {
 // removeOrphans deletes entity directories the namespace no longer lists: a
 // crash between recording a deletion and removing the files.
 func (b *Broker) removeOrphans(live map[uint64]string) error {
-	dir := filepath.Join(b.opts.Dir, "entities")
+	dir := layout.EntitiesDir(b.opts.Dir)
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -224,8 +224,8 @@ func (b *Broker) removeOrphans(live map[uint64]string) error {
 		return err
 	}
 	for _, ent := range ents {
-		id, err := strconv.ParseUint(ent.Name(), 10, 64)
-		if err != nil || live[id] != "" {
+		id, ok := layout.ParseDirName(ent.Name())
+		if !ok || live[id] != "" {
 			continue
 		}
 		b.logger.Info("removing files of a deleted entity", "dir", ent.Name())
@@ -246,7 +246,7 @@ func (b *Broker) logOptions(entity string, onCommit func(log.CommitStats)) log.O
 }
 
 func (b *Broker) entityDir(id uint64) string {
-	return filepath.Join(b.opts.Dir, "entities", fmt.Sprintf("%020d", id))
+	return layout.EntityDir(b.opts.Dir, id)
 }
 
 // openEntity recovers (or creates) the entity with the given namespace id

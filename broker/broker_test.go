@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
 )
@@ -259,6 +261,36 @@ func TestDataDirectoryIsLocked(t *testing.T) {
 	}
 	b = openBroker(t, Options{Dir: dir})
 	b.Close()
+}
+
+// On start the broker removes the directory of an entity the namespace no
+// longer lists (a crash between recording the deletion and removing the
+// files), and nothing else it finds under entities/.
+func TestOrphanedEntityFilesRemoved(t *testing.T) {
+	dir := t.TempDir()
+	b := openBroker(t, Options{Dir: dir})
+	if _, err := b.CreateQueue("kept", projection.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	orphan := layout.EntityDir(dir, 999)
+	stray := filepath.Join(layout.EntitiesDir(dir), "999")
+	for _, d := range []string{layout.LogDir(orphan), stray} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b = openBroker(t, Options{Dir: dir})
+	defer b.Close()
+	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("orphaned entity directory: %v, want it removed", err)
+	}
+	if _, err := os.Stat(stray); err != nil {
+		t.Errorf("a directory the broker did not make was touched: %v", err)
+	}
+	if _, err := b.Entity("kept"); err != nil {
+		t.Errorf("the live queue: %v", err)
+	}
 }
 
 // Deliveries of durable messages cost no fsync of their own: their lock

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
@@ -402,7 +402,7 @@ func (e *Entity) startSnapshot(then func(error)) {
 	e.snap.running = true
 	e.snap.sinceLast = 0
 	e.snap.bytesAt = e.log.Bytes()
-	dir := filepath.Join(e.dir, "snapshots")
+	dir := layout.SnapshotDir(e.dir)
 	barrier := make(chan error, 1)
 	if _, err := e.log.Append(nil, func(err error) { barrier <- err }); err != nil {
 		barrier <- err

@@ -2,9 +2,9 @@ package broker
 
 import (
 	"fmt"
-	"path/filepath"
 	"time"
 
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/snapshot"
 )
@@ -14,7 +14,7 @@ import (
 // state and durable index; rec reports what it did.
 func (e *Entity) load(rec *EntityRecovery) error {
 	b := e.b
-	l, rep, err := log.Open(filepath.Join(e.dir, "log"), b.logOptions(e.name, func(s log.CommitStats) {
+	l, rep, err := log.Open(layout.LogDir(e.dir), b.logOptions(e.name, func(s log.CommitStats) {
 		select {
 		case e.wake <- struct{}{}:
 		default:
@@ -30,7 +30,7 @@ func (e *Entity) load(rec *EntityRecovery) error {
 	if rep.Repair.Bytes > 0 {
 		b.logger.Warn("log tail repaired", "entity", e.name, "repair", rep.Repair.String())
 	}
-	st, rebuilt, err := snapshot.Rebuild(filepath.Join(e.dir, "snapshots"), l)
+	st, rebuilt, err := snapshot.Rebuild(layout.SnapshotDir(e.dir), l)
 	rec.Skipped, rec.Snapshot, rec.Replayed = rebuilt.Skipped, rebuilt.Snapshot, rebuilt.Replayed
 	for _, s := range rebuilt.Skipped {
 		b.logger.Warn("snapshot skipped", "entity", e.name, "path", s.Info.Path, "err", s.Err)
@@ -40,7 +40,7 @@ func (e *Entity) load(rec *EntityRecovery) error {
 		return fmt.Errorf("entity %s: %w", e.name, err)
 	}
 	e.snap.lastIndex = rebuilt.Snapshot
-	archives, err := log.OpenArchives(filepath.Join(e.dir, "archive"))
+	archives, err := log.OpenArchives(layout.ArchiveDir(e.dir))
 	if err != nil {
 		l.Close()
 		return fmt.Errorf("entity %s: %w", e.name, err)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/tools/compaction"
@@ -510,7 +511,7 @@ func TestDumpListsArchives(t *testing.T) {
 // archivePath is the one archive of "orders" in data.
 func archivePath(t testing.TB, data string) string {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(entityDirOf(t, data, "orders").Dir, archiveDir, "*.wba"))
+	paths, err := filepath.Glob(filepath.Join(layout.ArchiveDir(entityDirOf(t, data, "orders").Dir), "*.wba"))
 	if err != nil || len(paths) != 1 {
 		t.Fatalf("archives: %v %v", paths, err)
 	}
@@ -648,7 +649,7 @@ func TestVerifyArchivePastLogStart(t *testing.T) {
 	})
 	ro.Close()
 	beyond := log.Event{Type: log.Enqueued, Index: 400, Time: sceneEpoch.UnixNano() + 100e9, MessageID: "x"}
-	if err := log.WriteArchive(filepath.Join(e.Dir, archiveDir, "arc-00000000000000000400.wba"),
+	if err := log.WriteArchive(filepath.Join(layout.ArchiveDir(e.Dir), "arc-00000000000000000400.wba"),
 		[][]byte{log.AppendRecord(nil, &two), same, other, log.AppendRecord(nil, &beyond)}); err != nil {
 		t.Fatal(err)
 	}
@@ -704,7 +705,7 @@ func TestVerifyKeptRecordFromArchive(t *testing.T) {
 
 	// Make the archive's copy another record: verify reads it there, not
 	// in the log.
-	arc := filepath.Join(entityDirOf(t, data, "q").Dir, archiveDir, fmt.Sprintf("arc-%020d.wba", cut))
+	arc := filepath.Join(layout.ArchiveDir(entityDirOf(t, data, "q").Dir), fmt.Sprintf("arc-%020d.wba", cut))
 	a, err := log.OpenArchive(arc)
 	if err != nil {
 		t.Fatal(err)

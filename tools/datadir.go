@@ -25,18 +25,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
-)
-
-// The layout of a data directory (see broker.Open): the namespace log, and
-// per entity its log and its snapshots under entities/<id as %020d>.
-const (
-	namespaceDir = "namespace"
-	entitiesDir  = "entities"
-	logDir       = "log"
-	snapshotsDir = "snapshots"
-	archiveDir   = "archive" // records compaction moved out of the log
 )
 
 // NamespaceLabel names the namespace log in output and findings. Entity
@@ -58,10 +49,10 @@ type EntityInfo struct {
 }
 
 // LogDir is the entity's log directory.
-func (e EntityInfo) LogDir() string { return filepath.Join(e.Dir, logDir) }
+func (e EntityInfo) LogDir() string { return layout.LogDir(e.Dir) }
 
 // SnapshotDir is the entity's snapshot directory.
-func (e EntityInfo) SnapshotDir() string { return filepath.Join(e.Dir, snapshotsDir) }
+func (e EntityInfo) SnapshotDir() string { return layout.SnapshotDir(e.Dir) }
 
 // Catalog is what a data directory holds: its live entities in creation
 // order, then orphaned entity directories.
@@ -88,7 +79,7 @@ func ReadCatalog(data string) (*Catalog, error) {
 	}
 	c := &Catalog{Data: data}
 	live := map[uint64]*EntityInfo{}
-	nsDir := filepath.Join(data, namespaceDir)
+	nsDir := layout.NamespaceDir(data)
 	if _, err := os.Stat(nsDir); err != nil {
 		c.NamespaceDamage = fmt.Errorf("no namespace log: %w", err)
 	} else if ro, err := log.OpenReadOnly(nsDir); err != nil {
@@ -109,17 +100,17 @@ func ReadCatalog(data string) (*Catalog, error) {
 	for _, id := range slices.Sorted(mapKeys(live)) {
 		c.Entities = append(c.Entities, *live[id])
 	}
-	ents, err := os.ReadDir(filepath.Join(data, entitiesDir))
+	ents, err := os.ReadDir(layout.EntitiesDir(data))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	for _, ent := range ents {
-		id, err := strconv.ParseUint(ent.Name(), 10, 64)
-		if err != nil || live[id] != nil {
+		id, ok := layout.ParseDirName(ent.Name())
+		if !ok || live[id] != nil {
 			continue
 		}
 		c.Entities = append(c.Entities, EntityInfo{Name: fmt.Sprintf("$entity-%d", id), ID: id,
-			Dir: filepath.Join(data, entitiesDir, ent.Name()), Orphan: true})
+			Dir: filepath.Join(layout.EntitiesDir(data), ent.Name()), Orphan: true})
 	}
 	return c, nil
 }
@@ -132,7 +123,7 @@ func applyNamespace(live map[uint64]*EntityInfo, data string, ev *log.Event) {
 		var spec entitySpec
 		_ = json.Unmarshal(ev.Props, &spec)
 		live[ev.Index] = &EntityInfo{Name: ev.Name, ID: ev.Index, Kind: spec.Kind, Config: spec.Config,
-			Dir: entityDir(data, ev.Index), Created: ev.Time}
+			Dir: layout.EntityDir(data, ev.Index), Created: ev.Time}
 	case log.EntityUpdated:
 		if e := findLive(live, ev.Name); e != nil {
 			var spec entitySpec
@@ -154,10 +145,6 @@ func findLive(live map[uint64]*EntityInfo, name string) *EntityInfo {
 		}
 	}
 	return nil
-}
-
-func entityDir(data string, id uint64) string {
-	return filepath.Join(data, entitiesDir, fmt.Sprintf("%020d", id))
 }
 
 // Find returns the live entity called name (compared without case, as the

@@ -7,10 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/snapshot"
 	"github.com/walbus/walbus/tools/compaction"
@@ -108,7 +108,7 @@ func Dump(data string, opts DumpOptions) (*DumpReport, error) {
 	rep := &DumpReport{}
 	entity := func(e EntityInfo) {
 		ld := dumpLog(e.Name, data, e.LogDir(), e.SnapshotDir())
-		ld.Archives, ld.ArchiveBytes = dumpArchives(filepath.Join(e.Dir, archiveDir), "*.wba")
+		ld.Archives, ld.ArchiveBytes = dumpArchives(layout.ArchiveDir(e.Dir), "*.wba")
 		if opts.Retained != "" {
 			dir := compaction.RetainedDir(opts.Retained, e.ID)
 			if ld.Retained, ld.RetainedBytes = dumpArchives(dir, compaction.RetainedGlob); len(ld.Retained) > 0 {
@@ -121,7 +121,7 @@ func Dump(data string, opts DumpOptions) (*DumpReport, error) {
 		rep.add(ld)
 	}
 	if opts.Entity == "" {
-		rep.add(dumpLog(NamespaceLabel, data, filepath.Join(data, namespaceDir), ""))
+		rep.add(dumpLog(NamespaceLabel, data, layout.NamespaceDir(data), ""))
 		for _, e := range cat.Entities {
 			entity(e)
 		}
@@ -150,8 +150,8 @@ func retainedOnly(dir string, cat *Catalog) []LogDump {
 	ents, _ := os.ReadDir(dir)
 	var out []LogDump
 	for _, ent := range ents {
-		id, err := strconv.ParseUint(ent.Name(), 10, 64)
-		if err != nil || len(ent.Name()) != 20 || !ent.IsDir() || known[id] {
+		id, ok := layout.ParseDirName(ent.Name())
+		if !ok || !ent.IsDir() || known[id] {
 			continue
 		}
 		name := fmt.Sprintf("$entity-%d", id)

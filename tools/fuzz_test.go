@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
@@ -179,7 +180,7 @@ func damage(dir string, files []string, ops []byte) {
 				}
 			}
 		case 5: // a garbage snapshot: a valid envelope around random state
-			snapDir := filepath.Join(filepath.Dir(filepath.Dir(path)), snapshotsDir)
+			snapDir := layout.SnapshotDir(filepath.Dir(filepath.Dir(path)))
 			if _, err := os.Stat(snapDir); err == nil {
 				os.WriteFile(filepath.Join(snapDir, fmt.Sprintf("snap-%020d.wbs", arg%64)), snapshot.Encode(uint64(arg%64), extra), 0o640)
 			}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/tools/compaction"
 )
@@ -76,7 +77,7 @@ func entityRecords(e EntityInfo, retained string) (*records, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.archives = r.openAll(filepath.Join(e.Dir, archiveDir), "*.wba", "archive")
+	r.archives = r.openAll(layout.ArchiveDir(e.Dir), "*.wba", "archive")
 	if retained != "" {
 		dir := compaction.RetainedDir(retained, e.ID)
 		if err := checkRetainedName(dir, e.Name); err != nil {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
@@ -73,7 +74,7 @@ func Replay(w io.Writer, data string, opts ReplayOptions) error {
 }
 
 func replayNamespace(w *bufio.Writer, data string, opts ReplayOptions) error {
-	dir := filepath.Join(data, namespaceDir)
+	dir := layout.NamespaceDir(data)
 	recs, err := logRecords(NamespaceLabel, dir)
 	if err != nil {
 		return fmt.Errorf("%s: %w", NamespaceLabel, err)

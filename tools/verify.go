@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/index"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
@@ -62,8 +63,8 @@ func Verify(data string) ([]Finding, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%s is not a directory", data)
 	}
-	_, nsErr := os.Stat(filepath.Join(data, namespaceDir))
-	ents, entErr := os.ReadDir(filepath.Join(data, entitiesDir))
+	_, nsErr := os.Stat(layout.NamespaceDir(data))
+	ents, entErr := os.ReadDir(layout.EntitiesDir(data))
 	if nsErr != nil && entErr != nil {
 		return nil, fmt.Errorf("%s holds no walbus data (no namespace log, no entities)", data)
 	}
@@ -74,11 +75,11 @@ func Verify(data string) ([]Finding, error) {
 		v.add(NamespaceLabel, "", 0, "entities directory unreadable: %v", entErr)
 	}
 	for _, ent := range ents {
-		id, err := strconv.ParseUint(ent.Name(), 10, 64)
-		if err != nil || len(ent.Name()) != 20 {
+		id, ok := layout.ParseDirName(ent.Name())
+		if !ok {
 			continue
 		}
-		dirs[id] = filepath.Join(data, entitiesDir, ent.Name())
+		dirs[id] = filepath.Join(layout.EntitiesDir(data), ent.Name())
 	}
 	for id := range mapKeysSorted(live, dirs) {
 		e, listed := live[id]
@@ -130,7 +131,7 @@ func (v *verifier) guard(label string) {
 func (v *verifier) namespace() map[uint64]*EntityInfo {
 	live := map[uint64]*EntityInfo{}
 	defer v.guard(NamespaceLabel)
-	dir := filepath.Join(v.data, namespaceDir)
+	dir := layout.NamespaceDir(v.data)
 	if _, err := os.Stat(dir); err != nil {
 		v.add(NamespaceLabel, "", 0, "no namespace log: %v", err)
 		return live
@@ -301,7 +302,7 @@ func (v *verifier) entity(e EntityInfo) {
 	}
 	lg := &logCheck{v: v, label: e.Name}
 	first := firstIndex(ro)
-	archives, unopened := v.archives(e.Name, filepath.Join(e.Dir, archiveDir), ro, first)
+	archives, unopened := v.archives(e.Name, layout.ArchiveDir(e.Dir), ro, first)
 	defer func() {
 		for _, a := range archives {
 			a.Close()
@@ -382,7 +383,7 @@ func (v *verifier) entity(e EntityInfo) {
 func (v *verifier) snapshots(label, dir string) []*snapCheck {
 	infos, err := snapshot.List(dir)
 	if err != nil {
-		v.add(label, snapshotsDir, 0, "snapshot directory unreadable: %v", err)
+		v.add(label, layout.Snapshots, 0, "snapshot directory unreadable: %v", err)
 		return nil
 	}
 	var out []*snapCheck
@@ -613,7 +614,7 @@ func (v *verifier) archives(label, dir string, ro *log.ReadOnly, first uint64) (
 		return nil, false
 	}
 	if err != nil {
-		v.add(label, archiveDir, 0, "archive directory unreadable: %v", err)
+		v.add(label, layout.Archive, 0, "archive directory unreadable: %v", err)
 		return nil, true
 	}
 	var names []string

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
@@ -263,10 +264,10 @@ func TestVerifyNamespaceAndEntityDirs(t *testing.T) {
 	data := copyTree(t, goldenDir(t))
 	// Without its entity-deleted record, "empty" is live again, but its
 	// directory was removed; and a stray directory appears.
-	if err := os.Remove(filepath.Join(data, namespaceDir, log.SegmentName(3))); err != nil {
+	if err := os.Remove(filepath.Join(layout.NamespaceDir(data), log.SegmentName(3))); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Join(data, entitiesDir, log.SegmentName(7), logDir), 0o750); err != nil {
+	if err := os.MkdirAll(layout.LogDir(layout.EntityDir(data, 7)), 0o750); err != nil {
 		t.Fatal(err)
 	}
 	f := verifyUnchanged(t, data)

@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
@@ -54,7 +55,7 @@ type Report struct {
 // Compact compacts the entities of the stopped broker in dataDir. It holds
 // the directory's lock throughout, so it refuses to run beside a server.
 func Compact(dataDir string, opts Options) ([]Report, error) {
-	if _, err := os.Stat(filepath.Join(dataDir, "namespace")); err != nil {
+	if _, err := os.Stat(layout.NamespaceDir(dataDir)); err != nil {
 		return nil, fmt.Errorf("%s is not a walbus data directory: %w", dataDir, err)
 	}
 	lock, err := log.LockDir(dataDir)
@@ -95,7 +96,7 @@ const (
 
 // RetainedDir is where --retain dir keeps the history of the entity with id.
 func RetainedDir(dir string, id uint64) string {
-	return filepath.Join(dir, fmt.Sprintf("%020d", id))
+	return filepath.Join(dir, layout.DirName(id))
 }
 
 // EntityDir is an entity of a data directory.
@@ -107,7 +108,7 @@ type EntityDir struct {
 
 // Entities lists the entities a data directory's namespace log says exist.
 func Entities(dataDir string) ([]EntityDir, error) {
-	ns, err := log.OpenReadOnly(filepath.Join(dataDir, "namespace"))
+	ns, err := log.OpenReadOnly(layout.NamespaceDir(dataDir))
 	if err != nil {
 		return nil, fmt.Errorf("namespace log: %w", err)
 	}
@@ -118,7 +119,7 @@ func Entities(dataDir string) ([]EntityDir, error) {
 		switch ev.Type {
 		case log.EntityCreated:
 			live[key] = EntityDir{Name: ev.Name, ID: ev.Index,
-				Dir: filepath.Join(dataDir, "entities", fmt.Sprintf("%020d", ev.Index))}
+				Dir: layout.EntityDir(dataDir, ev.Index)}
 		case log.EntityDeleted:
 			delete(live, key)
 		}
@@ -137,7 +138,7 @@ func Entities(dataDir string) ([]EntityDir, error) {
 
 func compactEntity(e EntityDir, opts Options) (Report, error) {
 	rep := Report{Entity: e.Name, BytesBefore: dirSize(e.Dir)}
-	logDir, snapDir, arcDir := filepath.Join(e.Dir, "log"), filepath.Join(e.Dir, "snapshots"), filepath.Join(e.Dir, "archive")
+	logDir, snapDir, arcDir := layout.LogDir(e.Dir), layout.SnapshotDir(e.Dir), layout.ArchiveDir(e.Dir)
 	// A compaction killed while writing an archive leaves its temporary file.
 	if tmps, err := filepath.Glob(filepath.Join(arcDir, "*.tmp")); err == nil {
 		for _, p := range tmps {
