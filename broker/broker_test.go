@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -110,6 +111,64 @@ func TestConcurrentSendReceiveComplete(t *testing.T) {
 	c, _ := e.Counts(log.MainQueue)
 	if c.Total != 0 {
 		t.Fatalf("left over: %+v", c)
+	}
+}
+
+// A backlog larger than the record cache is delivered from the log, in
+// order and byte for byte, with the properties an abandon added.
+func TestBacklogReadFromTheLog(t *testing.T) {
+	b := openBroker(t, Options{Dir: t.TempDir(), SegmentSize: 64 << 10, CacheBytes: 1})
+	defer b.Close()
+	e, err := b.CreateQueue("backlog", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 600
+	bodyOf := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, 200+i%300) }
+	for i := range n {
+		sendSync(t, e, projection.Message{MessageID: fmt.Sprint(i), Body: bodyOf(i)})
+	}
+	deliveries := make(chan Delivery, n)
+	r, err := e.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { deliveries <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle := func(d Delivery, s Settlement) {
+		t.Helper()
+		s.Token = d.Token
+		ch := make(chan error, 1)
+		e.Settle(log.MainQueue, s, func(err error) { ch <- err })
+		if err := <-ch; err != nil {
+			t.Fatalf("settle %d: %v", d.Seq, err)
+		}
+	}
+	next := func() Delivery {
+		t.Helper()
+		select {
+		case d := <-deliveries:
+			return d
+		case <-time.After(10 * time.Second):
+			t.Fatal("no delivery")
+			return Delivery{}
+		}
+	}
+	r.SetLimit(n + 1)
+	props := []byte{0xc1, 0x01, 0x00} // an empty AMQP map: the broker keeps it as it is
+	for i := range n {
+		d := next()
+		if d.MessageID != fmt.Sprint(i) || !bytes.Equal(d.Message, bodyOf(i)) {
+			t.Fatalf("delivery %d: message %s, %d bytes", i, d.MessageID, len(d.Message))
+		}
+		if i == n/2 {
+			settle(d, Settlement{Outcome: projection.Abandon, Props: props})
+			continue
+		}
+		settle(d, Settlement{Outcome: projection.Complete})
+	}
+	d := next() // the abandoned one, again
+	if d.MessageID != fmt.Sprint(n/2) || !bytes.Equal(d.Message, bodyOf(n/2)) ||
+		len(d.Overlays) != 1 || !bytes.Equal(d.Overlays[0].Props, props) {
+		t.Fatalf("redelivery: message %s, overlays %+v", d.MessageID, d.Overlays)
 	}
 }
 

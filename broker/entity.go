@@ -39,6 +39,7 @@ type Entity struct {
 	st        *projection.Entity
 	durable   uint64 // index the log reports durable; messages above are not handed out
 	cache     *bodyCache
+	window    log.Window // the log read last, for messages delivered in order
 	credit    creditQueue
 	receivers map[*Receiver]struct{}
 	waiters   []*sessionWaiter
@@ -314,8 +315,7 @@ func (e *Entity) record(index uint64, pos log.Position) (log.Event, error) {
 			return ev, err
 		}
 	}
-	ev, _, err := e.log.ReadAt(index, pos, nil)
-	return ev, err
+	return e.log.ReadAhead(index, pos, &e.window)
 }
 
 // archivedThrough is the highest index the archives hold; the newest

@@ -48,6 +48,7 @@ func (e *Entity) load(rec *EntityRecovery) error {
 	e.closeArchives()
 	e.archives = archives
 	e.log, e.st = l, st
+	e.window = log.Window{} // a repair may have cut what it holds
 	cfg := st.Config()
 	e.cfg.Store(&cfg)
 	e.fwd = forwardState{}

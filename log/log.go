@@ -580,6 +580,16 @@ func (l *Log) ReadAt(index uint64, pos Position, buf []byte) (Event, []byte, err
 	return l.segs.readAt(index, pos, buf)
 }
 
+// ReadAhead is ReadAt through a reader's window (see Window): records read
+// in log order cost one read of the segment per window. The event owns its
+// bytes.
+func (l *Log) ReadAhead(index uint64, pos Position, w *Window) (Event, error) {
+	if index < l.first.Load() || index > l.written.Load() {
+		return Event{}, fmt.Errorf("read index %d: not in the log (%d-%d written)", index, l.first.Load(), l.written.Load())
+	}
+	return l.segs.readAhead(index, pos, w)
+}
+
 // Scan calls fn with every written record from index from onward, in order.
 // The event (and its byte slices) is only valid during the call.
 func (l *Log) Scan(from uint64, fn func(*Event) error) error {

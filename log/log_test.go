@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -415,5 +416,55 @@ func TestAppendLazyFullBatch(t *testing.T) {
 			t.Fatalf("a full batch of lazy records waited: durable %d of %d", l.DurableIndex(), last)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// ReadAhead reads the same records as ReadAt, in order, by jumps, across
+// segments, bigger than its window, and ones appended after the window was
+// read; and what it returns stays valid when the window moves on.
+func TestReadAhead(t *testing.T) {
+	l, _ := openT(t, t.TempDir(), Options{SegmentSize: 256 << 10})
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := fill(t, l, 1000, rng)
+	big := enq(0)
+	big.Message = body(l.LastIndex()+1, 3*windowSize)
+	bigEvs := []Event{big}
+	appendWait(t, l, bigEvs)
+	want[bigEvs[0].Index] = bigEvs[0]
+	maps.Copy(want, fill(t, l, 1000, rng))
+
+	check := func(w *Window, idx uint64) Event {
+		t.Helper()
+		got, err := l.ReadAhead(idx, want[idx].Pos, w)
+		if err != nil {
+			t.Fatalf("ReadAhead(%d): %v", idx, err)
+		}
+		if got.Index != idx || !bytes.Equal(got.Message, want[idx].Message) {
+			t.Fatalf("ReadAhead(%d): index %d, wrong message", idx, got.Index)
+		}
+		return got
+	}
+	var w Window
+	first := check(&w, 1)
+	for idx := uint64(2); idx <= l.LastIndex(); idx++ {
+		check(&w, idx)
+	}
+	if !bytes.Equal(first.Message, want[1].Message) {
+		t.Fatal("a record read earlier changed when the window moved on")
+	}
+	for range 500 {
+		check(&w, 1+uint64(rng.IntN(int(l.LastIndex()))))
+	}
+
+	// Records appended after the window was read: the window ends where
+	// the segment ended then, so they are read from the file.
+	w = Window{}
+	last := l.LastIndex()
+	check(&w, last-1)
+	check(&w, last) // forward: a window from here, cut short by the end of the file
+	more := fill(t, l, 20, rng)
+	for idx := last + 1; idx <= l.LastIndex(); idx++ {
+		want[idx] = more[idx]
+		check(&w, idx)
 	}
 }

@@ -1,6 +1,7 @@
 package log
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -257,15 +258,85 @@ func (s *segmentSet) readAt(index uint64, pos Position, buf []byte) (Event, []by
 		}
 		return Event{}, buf, fmt.Errorf("read index %d at %s+%d: %w", index, SegmentName(first), pos.Offset, err)
 	}
-	e, err := DecodeRecord(buf)
+	e, err := s.decodeAt(first, index, pos, buf)
+	return e, buf, err
+}
+
+// decodeAt decodes rec, read at pos of segment first, as the record index.
+func (s *segmentSet) decodeAt(first, index uint64, pos Position, rec []byte) (Event, error) {
+	e, err := DecodeRecord(rec)
 	if err == nil && e.Index != index {
 		err = fmt.Errorf("record holds index %d", e.Index)
 	}
 	if err != nil {
-		return Event{}, buf, &CorruptionError{Dir: s.dir, Segment: first, Offset: int64(pos.Offset), Index: index, Reason: err.Error()}
+		return Event{}, &CorruptionError{Dir: s.dir, Segment: first, Offset: int64(pos.Offset), Index: index, Reason: err.Error()}
 	}
 	e.Pos = pos
-	return e, buf, nil
+	return e, nil
+}
+
+// A Window is the stretch of a segment a reader last read through
+// ReadAhead: a reader going through records in log order (a backlog being
+// delivered) then reads the segment once per window, not once per record.
+// The zero value is ready; a Window belongs to one goroutine.
+type Window struct {
+	seg  uint64 // first index of the segment read; 0 before the first read
+	off  int64  // where data starts in it
+	end  int64  // where the last record read ends
+	data []byte
+}
+
+// windowSize is how much a forward read takes at once.
+const windowSize = 64 << 10
+
+// readAhead is readAt through w. Moving forward in the segment (the record
+// starts at or after the end of the one read before) reads a window from
+// the record on, kept for the next records; a jump, or a record larger than
+// a window, is read alone. The event owns its bytes either way.
+func (s *segmentSet) readAhead(index uint64, pos Position, w *Window) (Event, error) {
+	first, ok := s.find(index)
+	if !ok {
+		return Event{}, fmt.Errorf("read index %d: before the first segment", index)
+	}
+	start, end := int64(pos.Offset), int64(pos.Offset)+int64(pos.Size)
+	forward := w.seg == first && start >= w.end
+	var rec []byte
+	if w.seg == first && start >= w.off && end <= w.off+int64(len(w.data)) {
+		rec = bytes.Clone(w.data[start-w.off : end-w.off])
+	} else {
+		f, err := s.file(first)
+		if err != nil {
+			return Event{}, fmt.Errorf("read index %d: %w", index, err)
+		}
+		size := int(pos.Size)
+		forward = forward && size <= windowSize // a large message is read alone
+		if forward {
+			if w.data == nil {
+				w.data = make([]byte, windowSize)
+			}
+			rec = w.data[:windowSize]
+		} else {
+			rec = make([]byte, size)
+		}
+		n, err := f.ReadAt(rec, start)
+		if n < int(pos.Size) {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			w.seg, w.data = 0, w.data[:0]
+			return Event{}, fmt.Errorf("read index %d at %s+%d: %w", index, SegmentName(first), pos.Offset, err)
+		}
+		if forward {
+			// A window may end inside a record still being written; only
+			// records read whole from it are used.
+			w.off, w.data = start, rec[:n]
+			rec = bytes.Clone(rec[:pos.Size])
+		} else {
+			w.off, w.data = start, w.data[:0]
+		}
+	}
+	w.seg, w.end = first, end
+	return s.decodeAt(first, index, pos, rec)
 }
 
 // scan calls fn for every record with from <= index <= to, in order, reading
