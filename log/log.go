@@ -574,8 +574,8 @@ func (l *Log) fail(err error) {
 // by Append or a scan), checking its CRC and index. buf is reused when large
 // enough; the event's byte slices alias the returned buffer.
 func (l *Log) ReadAt(index uint64, pos Position, buf []byte) (Event, []byte, error) {
-	if index < l.first.Load() || index > l.written.Load() {
-		return Event{}, buf, fmt.Errorf("read index %d: not in the log (%d-%d written)", index, l.first.Load(), l.written.Load())
+	if err := l.readable(index); err != nil {
+		return Event{}, buf, err
 	}
 	return l.segs.readAt(index, pos, buf)
 }
@@ -584,10 +584,18 @@ func (l *Log) ReadAt(index uint64, pos Position, buf []byte) (Event, []byte, err
 // in log order cost one read of the segment per window. The event owns its
 // bytes.
 func (l *Log) ReadAhead(index uint64, pos Position, w *Window) (Event, error) {
-	if index < l.first.Load() || index > l.written.Load() {
-		return Event{}, fmt.Errorf("read index %d: not in the log (%d-%d written)", index, l.first.Load(), l.written.Load())
+	if err := l.readable(index); err != nil {
+		return Event{}, err
 	}
 	return l.segs.readAhead(index, pos, w)
+}
+
+// readable reports why the record at index cannot be read, if it cannot.
+func (l *Log) readable(index uint64) error {
+	if index < l.first.Load() || index > l.written.Load() {
+		return fmt.Errorf("read index %d: not in the log (%d-%d written)", index, l.first.Load(), l.written.Load())
+	}
+	return nil
 }
 
 // Scan calls fn with every written record from index from onward, in order.
