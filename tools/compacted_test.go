@@ -168,11 +168,7 @@ func phase2(t testing.TB, dir string, at time.Time, d1 uint64) {
 		t.Fatalf("received %+v", ds)
 	}
 	s.advance(time.Second)
-	done := make(chan error, 1)
-	orders.Settle(log.MainQueue, broker.Settlement{Token: ds[0].Token, Outcome: projection.Complete}, func(err error) { done <- err })
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	s.settle(orders, log.MainQueue, ds[0], projection.Complete, "")
 	r := s.receiver(orders, log.MainQueue, "r2", broker.PeekLock)
 	filler(s, orders, r, "g", compactedFiller)
 	s.close()

@@ -16,38 +16,14 @@ import (
 // in "dst" starts with its arrival.
 func TestToolsOnForwardedMessages(t *testing.T) {
 	data := t.TempDir()
-	b, _, err := broker.Open(broker.Options{Dir: data, Clock: broker.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := b.CreateQueue("dst", projection.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSceneWith(t, broker.Options{Dir: data})
+	dst := s.queue("dst", projection.DefaultConfig())
 	cfg := projection.DefaultConfig()
 	cfg.ForwardDeadLetteredMessagesTo = "dst"
-	src, err := b.CreateQueue("src", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sent := make(chan error, 1)
-	src.Send(log.MainQueue, []projection.Message{{MessageID: "m", Body: []byte("body")}}, func(err error) { sent <- err })
-	if err := <-sent; err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan broker.Delivery, 1)
-	r, err := src.Attach(broker.ReceiverOptions{Name: "r", Deliver: func(d broker.Delivery) { got <- d }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.SetLimit(1)
-	d := <-got
-	settled := make(chan error, 1)
-	src.Settle(log.MainQueue, broker.Settlement{Token: d.Token, Outcome: projection.DeadLetter, Reason: "poison"},
-		func(err error) { settled <- err })
-	if err := <-settled; err != nil {
-		t.Fatal(err)
-	}
+	src := s.queue("src", cfg)
+	s.send(src, msg("m", "body"))
+	r := s.receiver(src, log.MainQueue, "r", broker.PeekLock)
+	r.settle(r.take(), projection.DeadLetter, "poison")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		c, _ := src.Counts(log.DeadLetterQueue)
 		if c.Total == 0 {
@@ -60,9 +36,7 @@ func TestToolsOnForwardedMessages(t *testing.T) {
 	if err := dst.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
+	s.close()
 
 	if f := verifyUnchanged(t, data); len(f) != 0 {
 		t.Fatalf("findings on a directory with a forwarded message:\n%s", sprintLines(f))

@@ -138,10 +138,16 @@ func (rc *receiver) take() broker.Delivery {
 
 func (rc *receiver) settle(d broker.Delivery, outcome projection.Outcome, reason string) {
 	rc.s.t.Helper()
+	rc.s.settle(rc.e, rc.queue, d, outcome, reason)
+}
+
+// settle settles d, however it was received, and waits for the answer.
+func (s *scene) settle(e *broker.Entity, queue uint32, d broker.Delivery, outcome projection.Outcome, reason string) {
+	s.t.Helper()
 	ch := make(chan error, 1)
-	rc.e.Settle(rc.queue, broker.Settlement{Token: d.Token, Outcome: outcome, Reason: reason}, func(err error) { ch <- err })
+	e.Settle(queue, broker.Settlement{Token: d.Token, Outcome: outcome, Reason: reason}, func(err error) { ch <- err })
 	if err := <-ch; err != nil {
-		rc.s.t.Fatalf("settle %d %s: %v", d.Seq, outcome, err)
+		s.t.Fatalf("settle %d %s: %v", d.Seq, outcome, err)
 	}
 }
 

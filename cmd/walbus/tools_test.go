@@ -16,13 +16,13 @@ import (
 	"github.com/walbus/walbus/tools/compaction"
 )
 
-// toolData writes a data directory with one queue: two messages, the
-// first completed, the second abandoned once.
-func toolData(t *testing.T) string {
+// ordersQueue opens a broker on dir with a fake clock and creates the
+// queue "orders" in it, with a receiver whose deliveries arrive on the
+// channel returned.
+func ordersQueue(t *testing.T, opts broker.Options) (*broker.Broker, *broker.Entity, *broker.Receiver, chan broker.Delivery) {
 	t.Helper()
-	dir := t.TempDir()
-	clock := broker.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	b, _, err := broker.Open(broker.Options{Dir: dir, Clock: clock, Seed: 1})
+	opts.Clock, opts.Seed = broker.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), 1
+	b, _, err := broker.Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,30 +30,74 @@ func toolData(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sent := make(chan error, 1)
-	q.Send(log.MainQueue, []projection.Message{{MessageID: "a", Body: []byte("one")}, {MessageID: "b", Body: []byte("two")}},
-		func(err error) { sent <- err })
-	if err := <-sent; err != nil {
-		t.Fatal(err)
-	}
 	deliveries := make(chan broker.Delivery, 2)
 	r, err := q.Attach(broker.ReceiverOptions{Name: "r", Deliver: func(d broker.Delivery) { deliveries <- d }})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b, q, r, deliveries
+}
+
+// sendWait sends msgs as one batch and waits for the broker's answer.
+func sendWait(t *testing.T, q *broker.Entity, msgs ...projection.Message) {
+	t.Helper()
+	sent := make(chan error, 1)
+	q.Send(log.MainQueue, msgs, func(err error) { sent <- err })
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// settleWait settles d with outcome and waits for the broker's answer.
+func settleWait(t *testing.T, q *broker.Entity, d broker.Delivery, outcome projection.Outcome) {
+	t.Helper()
+	done := make(chan error, 1)
+	q.Settle(log.MainQueue, broker.Settlement{Token: d.Token, Outcome: outcome}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// toolData writes a data directory with one queue: two messages, the
+// first completed, the second abandoned once.
+func toolData(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	b, q, r, deliveries := ordersQueue(t, broker.Options{Dir: dir})
+	sendWait(t, q, projection.Message{MessageID: "a", Body: []byte("one")}, projection.Message{MessageID: "b", Body: []byte("two")})
 	r.SetLimit(2)
 	for _, outcome := range []projection.Outcome{projection.Complete, projection.Abandon} {
-		d := <-deliveries
-		done := make(chan error, 1)
-		q.Settle(log.MainQueue, broker.Settlement{Token: d.Token, Outcome: outcome}, func(err error) { done <- err })
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		settleWait(t, q, <-deliveries, outcome)
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// toolCase is one run of a tool: its exit code and what its stdout holds.
+type toolCase struct {
+	name string
+	args []string
+	code int
+	want []string // in stdout
+}
+
+// checkTools runs each case and reports every difference.
+func checkTools(t *testing.T, cases []toolCase) {
+	t.Helper()
+	for _, c := range cases {
+		code, out, errOut := runToolT(c.name, c.args...)
+		if code != c.code {
+			t.Errorf("%s %v: exit %d, want %d\nstdout: %s\nstderr: %s", c.name, c.args, code, c.code, out, errOut)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s %v: output lacks %q:\n%s", c.name, c.args, w, out)
+			}
+		}
+	}
 }
 
 func runToolT(name string, args ...string) (int, string, string) {
@@ -64,12 +108,7 @@ func runToolT(name string, args ...string) (int, string, string) {
 
 func TestToolCommands(t *testing.T) {
 	data := toolData(t)
-	for _, c := range []struct {
-		name string
-		args []string
-		code int
-		want []string // in stdout
-	}{
+	checkTools(t, []toolCase{
 		{"replay", []string{"--data", data}, 0, []string{"# $namespace", "entity-created", "# orders", "enqueued", "abandoned", "deliveries=1"}},
 		{"replay", []string{"--data", data, "--entity", "ORDERS", "--type", "locked", "--format", "json"}, 0, []string{`"type":"locked"`, `"lock_token":`}},
 		{"replay", []string{"--data", data, "--entity", "orders", "--from", "2026-01-01T00:00:00Z", "--to", "3", "--bodies"}, 0, []string{`body="one"`}},
@@ -91,18 +130,7 @@ func TestToolCommands(t *testing.T) {
 		// A well-formed request that finds nothing: 1.
 		{"audit", []string{"--data", data, "--entity", "orders", "--seq", "99"}, 1, nil},
 		{"state", []string{"--data", data, "--entity", "missing"}, 1, nil},
-	} {
-		code, out, errOut := runToolT(c.name, c.args...)
-		if code != c.code {
-			t.Errorf("%s %v: exit %d, want %d\nstdout: %s\nstderr: %s", c.name, c.args, code, c.code, out, errOut)
-			continue
-		}
-		for _, w := range c.want {
-			if !strings.Contains(out, w) {
-				t.Errorf("%s %v: output lacks %q:\n%s", c.name, c.args, w, out)
-			}
-		}
-	}
+	})
 	if code, _, _ := runToolT("replay", "--help"); code != 0 {
 		t.Errorf("--help: exit %d", code)
 	}
@@ -186,38 +214,15 @@ func TestToolVerifyFindings(t *testing.T) {
 func compactedToolData(t *testing.T) (data, retained string) {
 	t.Helper()
 	data, retained = t.TempDir(), filepath.Join(t.TempDir(), "history")
-	clock := broker.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	b, _, err := broker.Open(broker.Options{Dir: data, Clock: clock, Seed: 1, SegmentSize: 2 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := b.CreateQueue("orders", projection.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	deliveries := make(chan broker.Delivery, 1)
-	r, err := q.Attach(broker.ReceiverOptions{Name: "r", Deliver: func(d broker.Delivery) { deliveries <- d }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, q, r, deliveries := ordersQueue(t, broker.Options{Dir: data, SegmentSize: 2 << 10})
 	for i := range 41 {
-		sent := make(chan error, 1)
-		q.Send(log.MainQueue, []projection.Message{{MessageID: fmt.Sprint("m-", i), Body: bytes.Repeat([]byte("b"), 100)}},
-			func(err error) { sent <- err })
-		if err := <-sent; err != nil {
-			t.Fatal(err)
-		}
+		sendWait(t, q, projection.Message{MessageID: fmt.Sprint("m-", i), Body: bytes.Repeat([]byte("b"), 100)})
 		r.SetLimit(uint64(i + 1))
-		d := <-deliveries
 		outcome := projection.Complete
 		if i == 0 {
 			outcome = projection.Defer
 		}
-		done := make(chan error, 1)
-		q.Settle(log.MainQueue, broker.Settlement{Token: d.Token, Outcome: outcome}, func(err error) { done <- err })
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		settleWait(t, q, <-deliveries, outcome)
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -234,12 +239,7 @@ func compactedToolData(t *testing.T) (data, retained string) {
 // --retained directory that does not exist is the user's mistake.
 func TestToolCommandsCompacted(t *testing.T) {
 	data, retained := compactedToolData(t)
-	for _, c := range []struct {
-		name string
-		args []string
-		code int
-		want []string // in stdout
-	}{
+	checkTools(t, []toolCase{
 		{"replay", []string{"--data", data, "--entity", "orders", "--to", "3"}, 0, []string{"id=m-0 size=100 source=archive"}},
 		{"replay", []string{"--data", data, "--entity", "orders", "--to", "3", "--retained", retained, "--format", "json"}, 0,
 			[]string{`"source":"retained","index":1,`, `"source":"archive","index":2,`, `"source":"retained","index":3,`, `"deliveries":0`}},
@@ -251,18 +251,7 @@ func TestToolCommandsCompacted(t *testing.T) {
 		{"dump", []string{"--data", data, "--format", "json"}, 0, []string{`"archives":[{"name":"arc-`}},
 		{"replay", []string{"--data", data, "--retained", filepath.Join(retained, "nope")}, 2, nil},
 		{"audit", []string{"--data", data, "--entity", "orders", "--seq", "2", "--retained", filepath.Join(retained, "nope")}, 2, nil},
-	} {
-		code, out, errOut := runToolT(c.name, c.args...)
-		if code != c.code {
-			t.Errorf("%s %v: exit %d, want %d\nstdout: %s\nstderr: %s", c.name, c.args, code, c.code, out, errOut)
-			continue
-		}
-		for _, w := range c.want {
-			if !strings.Contains(out, w) {
-				t.Errorf("%s %v: output lacks %q:\n%s", c.name, c.args, w, out)
-			}
-		}
-	}
+	})
 	// A damaged archive: verify finds it, replay reads what it can and fails.
 	arcs, err := filepath.Glob(filepath.Join(data, "entities", "*", "archive", "*.wba"))
 	if err != nil || len(arcs) != 1 {
