@@ -2,6 +2,7 @@ package amqpserver
 
 import (
 	"encoding/binary"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +82,25 @@ func TestInboundAssignsAMessageID(t *testing.T) {
 	}
 	if stored.ApplicationProperties["k"] != int32(1) || string(stored.GetData()) != "x" {
 		t.Fatal("the rest of the message changed")
+	}
+}
+
+// Assigned ids are version 4 (random) UUIDs in the usual text form, and
+// never repeat: with duplicate detection on, a repeat would drop a message.
+func TestAssignedMessageIDsAreRandomUUIDs(t *testing.T) {
+	seen := make(map[string]bool)
+	for range 100_000 {
+		id := newMessageID()
+		if len(id) != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' || id[23] != '-' {
+			t.Fatalf("id %q is not a UUID's text form", id)
+		}
+		if id[14] != '4' || !strings.ContainsRune("89ab", rune(id[19])) {
+			t.Fatalf("id %q: want version 4, RFC 4122 variant", id)
+		}
+		if seen[id] {
+			t.Fatalf("id %q assigned twice", id)
+		}
+		seen[id] = true
 	}
 }
 
