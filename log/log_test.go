@@ -422,6 +422,60 @@ func TestAppendLazyFullBatch(t *testing.T) {
 // ReadAhead reads the same records as ReadAt, in order, by jumps, across
 // segments, bigger than its window, and ones appended after the window was
 // read; and what it returns stays valid when the window moves on.
+// A log read all over keeps at most maxOpenSegments segment files open,
+// and readers racing with the handles being closed to make room still get
+// every record right.
+func TestReadHandlesBounded(t *testing.T) {
+	l, _ := openT(t, t.TempDir(), Options{SegmentSize: 4 << 10})
+	rng := rand.New(rand.NewPCG(5, 6))
+	want := fill(t, l, 2000, rng)
+	if n := len(l.segs.list()); n < 4*maxOpenSegments {
+		t.Fatalf("%d segments; the test needs many more than %d", n, maxOpenSegments)
+	}
+	open := func() int {
+		l.segs.mu.RLock()
+		defer l.segs.mu.RUnlock()
+		return len(l.segs.files)
+	}
+	var w Window
+	for idx := uint64(1); idx <= l.LastIndex(); idx++ {
+		got, err := l.ReadAhead(idx, want[idx].Pos, &w)
+		if err != nil || !bytes.Equal(got.Message, want[idx].Message) {
+			t.Fatalf("ReadAhead(%d): %v", idx, err)
+		}
+	}
+	if n := open(); n > maxOpenSegments {
+		t.Fatalf("%d segment files open after reading through, want at most %d", n, maxOpenSegments)
+	}
+
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			var buf []byte
+			var w Window
+			for range 3000 {
+				idx := 1 + uint64(rng.IntN(int(l.LastIndex())))
+				var got Event
+				var err error
+				if rng.IntN(2) == 0 {
+					got, buf, err = l.ReadAt(idx, want[idx].Pos, buf)
+				} else {
+					got, err = l.ReadAhead(idx, want[idx].Pos, &w)
+				}
+				if err != nil || got.Index != idx || !bytes.Equal(got.Message, want[idx].Message) {
+					t.Errorf("read %d: index %d, %v", idx, got.Index, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := open(); n > maxOpenSegments {
+		t.Fatalf("%d segment files open after random reads, want at most %d", n, maxOpenSegments)
+	}
+}
+
 func TestReadAhead(t *testing.T) {
 	l, _ := openT(t, t.TempDir(), Options{SegmentSize: 256 << 10})
 	rng := rand.New(rand.NewPCG(3, 4))

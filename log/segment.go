@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
 // Segment files are tidwall/wal's binary format: each entry is a uvarint
@@ -157,17 +159,30 @@ func entryAt(data []byte, off int) (body []byte, n int, reason string) {
 // segmentSet is the list of segment files of one log and a cache of read-only
 // handles for positional reads. Records are read with pread on our own
 // handles, never through tidwall's Read, whose reads of old segments load the
-// whole file and race with writers.
+// whole file and race with writers. At most maxOpenSegments handles stay
+// open, the least recently used closed first: a log pinned far back (an
+// old deferred message) whose backlog is read through would otherwise hold
+// a descriptor for every segment it read.
 type segmentSet struct {
 	dir string
 
 	mu    sync.RWMutex
 	segs  []uint64 // first index of each segment, ascending
-	files map[uint64]*os.File
+	files map[uint64]*handle
+	clock atomic.Uint64 // ticks once per handle use
 }
 
+// handle is an open segment and when it was last used (segmentSet.clock).
+type handle struct {
+	f    *os.File
+	used atomic.Uint64
+}
+
+// maxOpenSegments bounds each log's open read handles.
+const maxOpenSegments = 32
+
 func newSegmentSet(dir string, segs []uint64) *segmentSet {
-	return &segmentSet{dir: dir, segs: segs, files: make(map[uint64]*os.File)}
+	return &segmentSet{dir: dir, segs: segs, files: make(map[uint64]*handle)}
 }
 
 func (s *segmentSet) path(first uint64) string { return segmentPath(s.dir, first) }
@@ -209,8 +224,8 @@ func (s *segmentSet) replaceFront(dropBefore, newFirst uint64) {
 	defer s.mu.Unlock()
 	i, _ := slices.BinarySearch(s.segs, dropBefore)
 	for _, first := range s.segs[:i] {
-		if f := s.files[first]; f != nil {
-			f.Close()
+		if h := s.files[first]; h != nil {
+			h.f.Close()
 			delete(s.files, first)
 		}
 	}
@@ -219,22 +234,62 @@ func (s *segmentSet) replaceFront(dropBefore, newFirst uint64) {
 
 func (s *segmentSet) file(first uint64) (*os.File, error) {
 	s.mu.RLock()
-	f := s.files[first]
+	h := s.files[first]
 	s.mu.RUnlock()
-	if f != nil {
-		return f, nil
+	if h != nil {
+		h.used.Store(s.clock.Add(1))
+		return h.f, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if f := s.files[first]; f != nil {
-		return f, nil
+	if h := s.files[first]; h != nil {
+		h.used.Store(s.clock.Add(1))
+		return h.f, nil
 	}
 	f, err := os.Open(s.path(first))
 	if err != nil {
 		return nil, err
 	}
-	s.files[first] = f
+	if len(s.files) >= maxOpenSegments {
+		s.closeLeastUsed()
+	}
+	h = &handle{f: f}
+	h.used.Store(s.clock.Add(1))
+	s.files[first] = h
 	return f, nil
+}
+
+// closeLeastUsed closes the handle used longest ago. A read already under
+// way on it finishes first (the file is closed once no call uses it); one
+// that fetched it but has not started sees os.ErrClosed, and pread opens
+// the segment again. Callers hold s.mu.
+func (s *segmentSet) closeLeastUsed() {
+	var (
+		oldest uint64
+		at     = uint64(math.MaxUint64)
+	)
+	for first, h := range s.files {
+		if u := h.used.Load(); u < at {
+			oldest, at = first, u
+		}
+	}
+	s.files[oldest].f.Close()
+	delete(s.files, oldest)
+}
+
+// pread reads len(p) bytes at off of the segment starting at first.
+func (s *segmentSet) pread(first uint64, p []byte, off int64) (int, error) {
+	for attempt := 0; ; attempt++ {
+		f, err := s.file(first)
+		if err != nil {
+			return 0, err
+		}
+		n, err := f.ReadAt(p, off)
+		if errors.Is(err, os.ErrClosed) && attempt < 100 {
+			continue // its handle was closed under it to make room
+		}
+		return n, err
+	}
 }
 
 // readAt reads and checks the record with the given index at pos. buf is
@@ -244,15 +299,11 @@ func (s *segmentSet) readAt(index uint64, pos Position, buf []byte) (Event, []by
 	if !ok {
 		return Event{}, buf, fmt.Errorf("read index %d: before the first segment", index)
 	}
-	f, err := s.file(first)
-	if err != nil {
-		return Event{}, buf, fmt.Errorf("read index %d: %w", index, err)
-	}
 	if cap(buf) < int(pos.Size) {
 		buf = make([]byte, pos.Size)
 	}
 	buf = buf[:pos.Size]
-	if _, err := f.ReadAt(buf, int64(pos.Offset)); err != nil {
+	if _, err := s.pread(first, buf, int64(pos.Offset)); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
@@ -304,10 +355,6 @@ func (s *segmentSet) readAhead(index uint64, pos Position, w *Window) (Event, er
 	if w.seg == first && start >= w.off && end <= w.off+int64(len(w.data)) {
 		rec = bytes.Clone(w.data[start-w.off : end-w.off])
 	} else {
-		f, err := s.file(first)
-		if err != nil {
-			return Event{}, fmt.Errorf("read index %d: %w", index, err)
-		}
 		size := int(pos.Size)
 		forward = forward && size <= windowSize // a large message is read alone
 		if forward {
@@ -318,7 +365,7 @@ func (s *segmentSet) readAhead(index uint64, pos Position, w *Window) (Event, er
 		} else {
 			rec = make([]byte, size)
 		}
-		n, err := f.ReadAt(rec, start)
+		n, err := s.pread(first, rec, start)
 		if n < int(pos.Size) {
 			if err == nil || errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
@@ -400,8 +447,8 @@ func (s *segmentSet) reset(segs []uint64) {
 func (s *segmentSet) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for first, f := range s.files {
-		f.Close()
+	for first, h := range s.files {
+		h.f.Close()
 		delete(s.files, first)
 	}
 }
