@@ -419,9 +419,6 @@ func TestAppendLazyFullBatch(t *testing.T) {
 	}
 }
 
-// ReadAhead reads the same records as ReadAt, in order, by jumps, across
-// segments, bigger than its window, and ones appended after the window was
-// read; and what it returns stays valid when the window moves on.
 // A log read all over keeps at most maxOpenSegments segment files open,
 // and readers racing with the handles being closed to make room still get
 // every record right.
@@ -476,6 +473,9 @@ func TestReadHandlesBounded(t *testing.T) {
 	}
 }
 
+// ReadAhead reads the same records as ReadAt, in order, by jumps, across
+// segments, bigger than its window, and ones appended after the window was
+// read; and what it returns stays valid when the window moves on.
 func TestReadAhead(t *testing.T) {
 	l, _ := openT(t, t.TempDir(), Options{SegmentSize: 256 << 10})
 	rng := rand.New(rand.NewPCG(3, 4))

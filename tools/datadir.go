@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,7 +109,7 @@ func ReadCatalog(data string) (*Catalog, error) {
 			continue
 		}
 		c.Entities = append(c.Entities, EntityInfo{Name: fmt.Sprintf("$entity-%d", id), ID: id,
-			Dir: filepath.Join(layout.EntitiesDir(data), ent.Name()), Orphan: true})
+			Dir: layout.EntityDir(data, id), Orphan: true})
 	}
 	return c, nil
 }

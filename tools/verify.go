@@ -79,7 +79,7 @@ func Verify(data string) ([]Finding, error) {
 		if !ok {
 			continue
 		}
-		dirs[id] = filepath.Join(layout.EntitiesDir(data), ent.Name())
+		dirs[id] = layout.EntityDir(data, id)
 	}
 	for id := range mapKeysSorted(live, dirs) {
 		e, listed := live[id]
