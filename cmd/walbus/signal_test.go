@@ -24,7 +24,13 @@ func (c *stuckConn) Read(b []byte) (int, error) {
 	if c.stuck.Load() {
 		<-c.release
 	}
-	return c.Conn.Read(b)
+	n, err := c.Conn.Read(b)
+	if c.stuck.Load() {
+		// A read already waiting when stuck was set: what it got (the
+		// server's close) must not reach the client either.
+		<-c.release
+	}
+	return n, err
 }
 
 // A client that never answers keeps a graceful shutdown waiting; a second
