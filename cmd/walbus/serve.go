@@ -41,6 +41,7 @@ type serveOptions struct {
 	limits                                                       transport.Config
 	maxFrameSize, maxMessageSize                                 int
 	segmentSize, cacheSize                                       int
+	procs                                                        int // 0: the runtime's default
 	authTimeout                                                  time.Duration
 	shutdownTimeout                                              time.Duration
 }
@@ -98,6 +99,7 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", 60*time.Second, "close connections silent this long (half is advertised)")
 	fs.DurationVar(&o.authTimeout, "auth-timeout", 20*time.Second, "close connections that authorise nothing within this time")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "longest graceful shutdown before exiting anyway")
+	fs.Var(procsFlag{&o.procs}, "procs", "GOMAXPROCS for the broker, over the environment's: a number, or auto (one while the broker uses well under a core of CPU, the runtime's default when it needs more: less CPU per message, slower at moderate fixed rates); default the runtime's choice")
 	return fs
 }
 
@@ -356,6 +358,7 @@ func serve(args []string) int {
 		return 1
 	}
 	health.Ready(len(b.Entities()))
+	tuneProcs(ctx, o.procs, logger)
 
 	<-ctx.Done()
 	stop() // a second signal now ends the process at once
