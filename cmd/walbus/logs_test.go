@@ -50,7 +50,7 @@ func find(lines []logLine, msg string) []logLine {
 func TestOperatorLogsFromEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeConfig(t, "orders", `"LockDuration": "PT1M"`)
-	p := &proc{t: t, dir: dir, amqp: freePort(t), http: freePort(t),
+	p := &proc{t: t, dir: dir,
 		env: []string{"WALBUS_LOG_FORMAT=json", "WALBUS_CONFIG=" + cfg, "WALBUS_LOG_LEVEL=info"}}
 	p.start()
 	t.Cleanup(p.kill)

@@ -5,11 +5,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sync"
 	"syscall"
@@ -42,8 +42,9 @@ type proc struct {
 	t        *testing.T
 	cmd      *exec.Cmd
 	dir      string
-	amqp     string
-	http     string
+	amqp     string // empty for a port the kernel chooses; then what it chose
+	http     string // likewise
+	amqps    string // what it listens on for --amqps, once started
 	args     []string
 	env      []string // added to this process's environment
 	mu       sync.Mutex
@@ -52,28 +53,32 @@ type proc struct {
 	exitCode int
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startWalbus starts walbus serve on fresh loopback ports with data in dir
 // and waits until /health says it is ready.
 func startWalbus(t *testing.T, dir string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, dir: dir, amqp: freePort(t), http: freePort(t), args: args}
+	p := &proc{t: t, dir: dir, args: args}
 	p.start()
 	t.Cleanup(func() { p.kill() })
 	return p
 }
 
+// start runs walbus serve and waits until /health says it is ready. The
+// first start listens on ports the kernel chooses and reads them from the
+// process's "listening" log lines; restarts keep them. (A port found free
+// here and passed on could be taken by a walbus of another test before
+// this one binds it, and the health check would then reach that one.)
 func (p *proc) start() {
 	p.t.Helper()
+	if p.amqp == "" {
+		p.amqp = "127.0.0.1:0"
+	}
+	if p.http == "" {
+		p.http = "127.0.0.1:0"
+	}
+	p.mu.Lock()
+	from := p.log.Len()
+	p.mu.Unlock()
 	args := append([]string{"serve", "--data", p.dir, "--amqp", p.amqp, "--http", p.http}, p.args...)
 	p.cmd = exec.Command(walbusBin, args...)
 	p.cmd.Env = append(os.Environ(), p.env...)
@@ -101,15 +106,43 @@ func (p *proc) start() {
 			p.t.Fatalf("walbus exited with %d:\n%s", p.exitCode, p.logs())
 		default:
 		}
+		if !p.listening(from) {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
 		if resp, err := p.healthClient().Get(p.scheme() + "://" + p.http + "/health"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				p.listening(from) // and the lines logged since
 				return
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	p.t.Fatalf("walbus did not become ready:\n%s", p.logs())
+}
+
+// listeningLine is serve's "listening" log line, as text or JSON.
+var listeningLine = regexp.MustCompile(`listening"?,? ?"?(amqps|amqp|http)"?[=:]"?([^\s",}]+)`)
+
+// listening takes the addresses the process has logged since byte from of
+// its log, and reports whether both the AMQP and the HTTP one are known.
+func (p *proc) listening(from int) bool {
+	p.mu.Lock()
+	text := string(p.log.Bytes()[from:])
+	p.mu.Unlock()
+	var amqp, http bool
+	for _, m := range listeningLine.FindAllStringSubmatch(text, -1) {
+		switch m[1] {
+		case "amqp":
+			p.amqp, amqp = m[2], true
+		case "http":
+			p.http, http = m[2], true
+		case "amqps":
+			p.amqps = m[2]
+		}
+	}
+	return amqp && http
 }
 
 // scheme is https when the process serves HTTP over TLS.

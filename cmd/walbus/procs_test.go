@@ -222,7 +222,7 @@ func TestServeProcs(t *testing.T) {
 		}
 	}
 	start := func(env []string, args ...string) *proc {
-		p := &proc{t: t, dir: t.TempDir(), amqp: freePort(t), http: freePort(t), env: env, args: args}
+		p := &proc{t: t, dir: t.TempDir(), env: env, args: args}
 		p.start()
 		t.Cleanup(p.kill)
 		return p

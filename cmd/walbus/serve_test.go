@@ -233,10 +233,9 @@ func TestTLSWithGeneratedCertificate(t *testing.T) {
 		t.Fatalf("walbus cert: %d %s %s", code, out, errOut)
 	}
 	cfg := writeConfig(t, "q", `"LockDuration": "PT1M"`)
-	amqps := freePort(t)
-	p := startWalbus(t, t.TempDir(), "--config", cfg, "--amqps", amqps, "--http-tls",
+	p := startWalbus(t, t.TempDir(), "--config", cfg, "--amqps", "127.0.0.1:0", "--http-tls",
 		"--tls-cert", filepath.Join(certs, "server.pem"), "--tls-key", filepath.Join(certs, "server-key.pem"))
-	port := amqps[strings.LastIndexByte(amqps, ':')+1:]
+	port := p.amqps[strings.LastIndexByte(p.amqps, ':')+1:]
 	// A child process, so SSL_CERT_FILE is read fresh by crypto/x509.
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTLSChild$", "-test.v")
 	// The Go SDK puts a port given in the endpoint into the TLS server name,

@@ -6,8 +6,7 @@
 // broker's data directory and log after the run.
 
 import { spawn } from "node:child_process";
-import { createWriteStream, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import net from "node:net";
+import { createWriteStream, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -58,29 +57,6 @@ function walbusBinary() {
   return bin;
 }
 
-async function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-function canConnect(port) {
-  return new Promise((resolve) => {
-    const sock = net.connect({ host: "127.0.0.1", port });
-    sock.once("connect", () => {
-      sock.destroy();
-      resolve(true);
-    });
-    sock.once("error", () => resolve(false));
-  });
-}
-
 // Brokers still running when the test process exits (a test runner timeout,
 // an uncaught error) are killed rather than left behind.
 const live = new Set();
@@ -109,8 +85,13 @@ export class Broker {
     );
   }
 
+  // start runs walbus and waits for its own "listening" log line. The
+  // first start takes a port the kernel chooses (--amqp 127.0.0.1:0) and
+  // keeps it for restarts: a port found free here and passed on could be
+  // taken by a broker of a test file running alongside before this one
+  // binds it, and a connection check would then reach that broker.
   async start() {
-    if (!this.port) this.port = await freePort();
+    const logStart = existsSync(this.logPath) ? statSync(this.logPath).size : 0;
     const log = createWriteStream(this.logPath, { flags: "a" });
     await new Promise((resolve) => log.once("open", resolve));
     // --http= turns off the /health listener, whose fixed default port
@@ -126,16 +107,32 @@ export class Broker {
       log.end();
     });
     const deadline = Date.now() + 30_000;
-    while (!(await canConnect(this.port))) {
+    for (;;) {
+      const port = this.listeningPort(logStart);
+      if (port) {
+        this.port = port;
+        return;
+      }
       if (exited) {
         throw new Error(`walbus exited while starting (${JSON.stringify(exited)}):\n${this.logTail()}`);
       }
       if (Date.now() > deadline) {
         await this.stop();
-        throw new Error(`walbus did not accept connections on ${this.port}:\n${this.logTail()}`);
+        throw new Error(`walbus did not report listening on ${this.port}:\n${this.logTail()}`);
       }
       await sleep(50);
     }
+  }
+
+  // listeningPort is the AMQP port in the log's "listening" line written
+  // after offset, or 0.
+  listeningPort(offset) {
+    let text = "";
+    try {
+      text = readFileSync(this.logPath).subarray(offset).toString("utf8");
+    } catch {}
+    const m = text.match(/msg=listening amqp=127\.0\.0\.1:(\d+)/);
+    return m ? Number(m[1]) : 0;
   }
 
   // stop sends SIGTERM and, after a grace period, SIGKILL.
