@@ -6,9 +6,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
-
 	"github.com/walbus/walbus/amqpserver/encoding"
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
 )
 
 // The byte examples of amqp-1.0-essentials.md Appendix A, each checked

@@ -4,9 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
-
 	"github.com/walbus/walbus/amqpserver/encoding"
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
 )
 
 func TestMissingMandatoryFields(t *testing.T) {

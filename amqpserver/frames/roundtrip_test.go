@@ -4,9 +4,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
-
 	"github.com/walbus/walbus/amqpserver/encoding"
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
 )
 
 // full returns one value of every composite with every field set to a

@@ -6,9 +6,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
-
 	"github.com/walbus/walbus/amqpserver/encoding"
+	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
 )
 
 // reassemble parses consecutive transfer frames back into the first

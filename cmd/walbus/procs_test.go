@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -44,7 +45,7 @@ func TestProcsGovernor(t *testing.T) {
 		g := newProcsGovernor(4)
 		got := feed(g, 0.9, 0.95, 0.2, 1.0, 0.9, 0.1, 0.9, 1.0, 1.0, 1.2)
 		want := []int{1, 1, 1, 1, 1, 1, 1, 1, 4, 4}
-		if !equalInts(got, want) {
+		if !slices.Equal(got, want) {
 			t.Fatalf("got %v, want %v", got, want)
 		}
 	})
@@ -108,18 +109,6 @@ func TestProcsGovernor(t *testing.T) {
 			t.Fatalf("cur %d wait %d", g.cur, g.wait)
 		}
 	})
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestProcsFlag(t *testing.T) {
