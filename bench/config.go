@@ -130,6 +130,9 @@ Latency is end to end: from the time a message was due to be sent (with
 --rate, its scheduled time, so a sender that falls behind shows up as
 latency) to its arrival at a receiver, for the messages that arrive after
 the warm-up. The send latency is one send call, start to acknowledgement.
+On Linux the report also says how busy the whole machine's CPUs were in
+the window: latency measured on a machine near its CPU limit is mostly
+time spent waiting for a CPU, by the client as much as by the broker.
 Ctrl-C ends the run early and reports the window so far. The exit status
 is 1 if sends or receives failed in the measured window (or more than a few
 times during warm-up), 2 for bad flags.

@@ -92,6 +92,75 @@ func readProcUsage(pid int) (procUsage, error) {
 	return procUsage{CPU: cpu, RSS: rss}, nil
 }
 
+// machineTimes is the whole machine's CPU time at one moment, summed over
+// its CPUs: busy is everything but idle and iowait, steal is the part of
+// busy the hypervisor gave to other guests.
+type machineTimes struct {
+	busy, steal, total time.Duration
+	cpus               int
+}
+
+// parseProcStat reads the text of /proc/stat: the "cpu" line's times in
+// USER_HZ (user nice system idle iowait irq softirq steal; guest time is
+// already inside user) and the number of "cpuN" lines.
+func parseProcStat(data []byte) (machineTimes, error) {
+	var m machineTimes
+	found := false
+	for line := range bytes.Lines(data) {
+		f := strings.Fields(string(line))
+		if len(f) == 0 || !strings.HasPrefix(f[0], "cpu") {
+			continue
+		}
+		if f[0] != "cpu" {
+			m.cpus++
+			continue
+		}
+		if len(f) < 9 {
+			return m, fmt.Errorf("/proc/stat: cpu line has %d fields, want at least 9", len(f))
+		}
+		var t [8]time.Duration
+		for i := range t {
+			n, err := strconv.ParseInt(f[i+1], 10, 64)
+			if err != nil || n < 0 {
+				return m, fmt.Errorf("/proc/stat: cpu time %q", f[i+1])
+			}
+			t[i] = time.Duration(n) * (time.Second / userHZ)
+		}
+		const idle, iowait, steal = 3, 4, 7
+		for _, d := range t {
+			m.total += d
+		}
+		m.busy = m.total - t[idle] - t[iowait]
+		m.steal = t[steal]
+		found = true
+	}
+	if !found {
+		return m, errors.New("/proc/stat: no cpu line")
+	}
+	return m, nil
+}
+
+// readMachineTimes samples /proc/stat.
+func readMachineTimes() (machineTimes, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineTimes{}, err
+	}
+	return parseProcStat(data)
+}
+
+// machineLoad is the machine's load between two samples, or nil if the
+// samples are unusable.
+func machineLoad(from, to machineTimes) *Machine {
+	total := to.total - from.total
+	if total <= 0 || to.cpus == 0 {
+		return nil
+	}
+	// CPU time passes cpus times faster than the wall clock.
+	share := func(d time.Duration) float64 { return float64(d) / float64(total) * float64(to.cpus) }
+	return &Machine{CPUs: to.cpus, BusyCPUs: share(to.busy - from.busy), StolenCPUs: share(to.steal - from.steal)}
+}
+
 // tcpListen is the socket state LISTEN in /proc/net/tcp (include/net/tcp_states.h).
 const tcpListen = "0A"
 

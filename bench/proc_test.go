@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"net"
 	"os"
 	"runtime"
@@ -45,6 +46,41 @@ func TestParseStatusRSS(t *testing.T) {
 	}
 	if _, err := parseStatusRSS([]byte("VmRSS:\t12 MB\n")); err == nil {
 		t.Fatal("unknown unit accepted")
+	}
+}
+
+// The "cpu" line is the machine's sum; idle and iowait are the only
+// times that are not busy; guest time is inside user and not added again.
+func TestParseProcStat(t *testing.T) {
+	m, err := parseProcStat(readTestdata(t, "proc_stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := 10 * time.Millisecond
+	want := machineTimes{busy: (2000 + 100 + 1000 + 300 + 200) * tick, steal: 200 * tick,
+		total: (2000 + 100 + 1000 + 6000 + 400 + 300 + 200) * tick, cpus: 2}
+	if m != want {
+		t.Fatalf("got %+v, want %+v", m, want)
+	}
+	for _, bad := range []string{"", "intr 1 2 3\n", "cpu  1 2 3 4\n", "cpu  1 2 3 x 5 6 7 8\n", "cpu  1 2 3 -4 5 6 7 8\n"} {
+		if _, err := parseProcStat([]byte(bad)); err == nil {
+			t.Errorf("parseProcStat(%q): no error", bad)
+		}
+	}
+}
+
+// Two samples a second apart on two CPUs: the busy and stolen shares of
+// the CPU time that passed, in CPUs.
+func TestMachineLoad(t *testing.T) {
+	s := time.Second
+	from := machineTimes{busy: 10 * s, steal: 1 * s, total: 100 * s, cpus: 2}
+	to := machineTimes{busy: 11500 * time.Millisecond, steal: 1100 * time.Millisecond, total: 102 * s, cpus: 2}
+	m := machineLoad(from, to)
+	if m == nil || m.CPUs != 2 || math.Abs(m.BusyCPUs-1.5) > 1e-9 || math.Abs(m.StolenCPUs-0.1) > 1e-9 {
+		t.Fatalf("got %+v, want 1.5 busy and 0.1 stolen of 2", m)
+	}
+	if m := machineLoad(to, to); m != nil {
+		t.Fatalf("no time passed, got %+v", m)
 	}
 }
 

@@ -45,6 +45,9 @@ type Result struct {
 	Broker      *Usage `json:"broker,omitempty"`
 	BrokerNote  string `json:"broker_note,omitempty"`
 	ClientUsage *Usage `json:"client_usage,omitempty"`
+	// Machine is the whole machine's load over the window (Linux only):
+	// latency on a machine near its CPU limit is mostly waiting for a CPU.
+	Machine *Machine `json:"machine,omitempty"`
 
 	Errors Errors `json:"errors"`
 }
@@ -77,6 +80,17 @@ type Usage struct {
 	// PeakRSSBytes is the broker's highest sampled RSS in the window, or
 	// the client's highest RSS in its life.
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+}
+
+// Machine is how busy the machine's CPUs were over the measured window,
+// in CPUs: 1.5 of 2 is 75% busy. It counts every process, this one and the
+// broker included, and the kernel's work for them.
+type Machine struct {
+	CPUs     int     `json:"cpus"`
+	BusyCPUs float64 `json:"busy_cpus"`
+	// StolenCPUs is the part of BusyCPUs a hypervisor gave to other
+	// guests: time this machine wanted a CPU and did not get one.
+	StolenCPUs float64 `json:"stolen_cpus"`
 }
 
 // Errors counts failed operations. Warm-up errors are counted apart and
@@ -161,6 +175,10 @@ func (r *Result) WriteText(w io.Writer) error {
 	tw.Flush()
 	if r.BrokerNote != "" {
 		fmt.Fprintf(&b, "  broker: %s\n", r.BrokerNote)
+	}
+	if m := r.Machine; m != nil {
+		fmt.Fprintf(&b, "  machine: %.2f of %d CPUs busy (%.0f%%), %.2f stolen by the hypervisor\n",
+			m.BusyCPUs, m.CPUs, 100*m.BusyCPUs/float64(m.CPUs), m.StolenCPUs)
 	}
 	if r.Behind() {
 		fmt.Fprintf(&b, "\nThe senders managed %.0f of the %g messages/s asked for; latency counts from each\n"+

@@ -94,6 +94,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	}
 	broker.begin()
 	client, clientErr := selfUsage()
+	machine, machineErr := readMachineTimes()
 	end := time.Unix(0, r.windowEnd.Load())
 	if !sleepUntil(ctx, end) {
 		end = time.Now()
@@ -101,6 +102,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	}
 	broker.end()
 	clientEnd, clientEndErr := selfUsage()
+	machineEnd, machineEndErr := readMachineTimes()
 	stopWork()
 	wg.Wait()
 
@@ -109,6 +111,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	if clientErr == nil && clientEndErr == nil {
 		res.ClientUsage = perMessage(clientEnd.CPU-client.CPU, clientEnd.RSS, res.Sent, res.Received)
 		res.ClientUsage.PID = os.Getpid()
+	}
+	if machineErr == nil && machineEndErr == nil {
+		res.Machine = machineLoad(machine, machineEnd)
 	}
 	return res, nil
 }

@@ -112,6 +112,16 @@ func TestRunAgainstWalbus(t *testing.T) {
 				if res.ClientUsage == nil || res.ClientUsage.CPUSeconds <= 0 {
 					t.Fatalf("client %+v", res.ClientUsage)
 				}
+				// The machine was at least as busy as this process (broker
+				// and client), give or take /proc/stat's 10 ms ticks.
+				own := res.ClientUsage.CPUSeconds / res.MeasuredSeconds
+				if m := res.Machine; m == nil || m.CPUs < 1 || m.BusyCPUs < own/2 || m.BusyCPUs > float64(m.CPUs) ||
+					m.StolenCPUs < 0 || m.StolenCPUs > m.BusyCPUs {
+					t.Fatalf("machine %+v; this process used %.2f CPUs", m, own)
+				}
+				if !strings.Contains(text.String(), "CPUs busy") {
+					t.Fatal("the text report does not say how busy the machine was")
+				}
 			}
 			var back Result
 			if data, err := json.Marshal(res); err != nil || json.Unmarshal(data, &back) != nil || back.Sent != res.Sent {

@@ -132,11 +132,11 @@ func printTable(w io.Writer, results []*bench.Result, warmup, duration time.Dura
 	fmt.Fprintf(w, "\nwalbus %s, serve --sync always; %s %s/%s, %d CPUs, Linux %s; 1 KiB messages, %v warm-up + %v per run\n\n",
 		gitCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), kernel(), warmup, duration)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "run\tsend msgs/s\treceive msgs/s\tlatency\tp50 ms\tp99 ms\tbroker CPU µs/msg\tbroker peak RSS\t\n")
+	fmt.Fprint(tw, "run\tsend msgs/s\treceive msgs/s\tlatency\tp50 ms\tp99 ms\tbroker CPU µs/msg\tbroker peak RSS\tmachine busy\t\n")
 	for i, r := range standard {
 		res := results[i]
 		if res == nil {
-			fmt.Fprintf(tw, "%s\tFAILED\t\t\t\t\t\t\t\n", r.name)
+			fmt.Fprintf(tw, "%s\tFAILED\t\t\t\t\t\t\t\t\n", r.name)
 			continue
 		}
 		kind, lat := "e2e", res.Latency
@@ -157,12 +157,17 @@ func printTable(w io.Writer, results []*bench.Result, warmup, duration time.Dura
 			}
 			cpu, rss = fmt.Sprintf("%.1f", perMsg), fmt.Sprintf("%.0f MiB", float64(u.PeakRSSBytes)/(1<<20))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.name, rate(res.SendRate, res.Senders),
-			rate(res.ReceiveRate, res.Receivers), kind, p50, p99, cpu, rss)
+		busy := "-"
+		if m := res.Machine; m != nil {
+			busy = fmt.Sprintf("%.0f%%", 100*m.BusyCPUs/float64(m.CPUs))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.name, rate(res.SendRate, res.Senders),
+			rate(res.ReceiveRate, res.Receivers), kind, p50, p99, cpu, rss, busy)
 	}
 	tw.Flush()
 	fmt.Fprint(w, "\nlatency: send = one send call to its acknowledgement (a whole batch for batches);\n"+
-		"e2e = due to be sent to received. Broker CPU per message sent (received for the drain).\n")
+		"e2e = due to be sent to received. Broker CPU per message sent (received for the drain).\n"+
+		"Machine busy: all processes (broker, load generator, kernel) over all CPUs in the window.\n")
 	for _, note := range dryRuns(results, warmup, duration) {
 		fmt.Fprintln(w, note)
 	}
