@@ -93,6 +93,9 @@ type Machine struct {
 	StolenCPUs float64 `json:"stolen_cpus"`
 }
 
+// BusyPercent is BusyCPUs as a share of all CPUs.
+func (m *Machine) BusyPercent() float64 { return 100 * m.BusyCPUs / float64(m.CPUs) }
+
 // Errors counts failed operations. Warm-up errors are counted apart and
 // tolerated up to a few.
 type Errors struct {
@@ -178,7 +181,7 @@ func (r *Result) WriteText(w io.Writer) error {
 	}
 	if m := r.Machine; m != nil {
 		fmt.Fprintf(&b, "  machine: %.2f of %d CPUs busy (%.0f%%), %.2f stolen by the hypervisor\n",
-			m.BusyCPUs, m.CPUs, 100*m.BusyCPUs/float64(m.CPUs), m.StolenCPUs)
+			m.BusyCPUs, m.CPUs, m.BusyPercent(), m.StolenCPUs)
 	}
 	if r.Behind() {
 		fmt.Fprintf(&b, "\nThe senders managed %.0f of the %g messages/s asked for; latency counts from each\n"+

@@ -24,18 +24,10 @@ func feed(g *procsGovernor, used ...float64) []int {
 	return out
 }
 
-func repeat(v float64, n int) []float64 {
-	out := make([]float64, n)
-	for i := range out {
-		out[i] = v
-	}
-	return out
-}
-
 func TestProcsGovernor(t *testing.T) {
 	t.Run("idle and moderate loads stay at one P", func(t *testing.T) {
 		g := newProcsGovernor(4)
-		for i, p := range feed(g, append(repeat(0, 50), repeat(0.8, 50)...)...) {
+		for i, p := range feed(g, append(slices.Repeat([]float64{0}, 50), slices.Repeat([]float64{0.8}, 50)...)...) {
 			if p != 1 {
 				t.Fatalf("window %d: %d Ps", i, p)
 			}
@@ -51,19 +43,19 @@ func TestProcsGovernor(t *testing.T) {
 	})
 	t.Run("at the default: back to one P after the quiet wait, a busy window restarts it", func(t *testing.T) {
 		g := newProcsGovernor(4)
-		feed(g, repeat(0.1, procsTryShort*procsQuietMin)...) // a long stint at one P,
-		feed(g, 1, 1, 1)                                     // then load
+		feed(g, slices.Repeat([]float64{0.1}, procsTryShort*procsQuietMin)...) // a long stint at one P,
+		feed(g, 1, 1, 1)                                                       // then load
 		if g.cur != 4 || g.wait != procsQuietMin {
 			t.Fatalf("cur %d wait %d", g.cur, g.wait)
 		}
-		got := feed(g, repeat(0.9, procsQuietMin-1)...)
+		got := feed(g, slices.Repeat([]float64{0.9}, procsQuietMin-1)...)
 		if got[len(got)-1] != 4 {
 			t.Fatal("lowered too early")
 		}
 		if feed(g, 1.5)[0] != 4 { // not quiet: the count starts again
 			t.Fatal("lowered on a busy window")
 		}
-		got = feed(g, repeat(0.9, procsQuietMin)...)
+		got = feed(g, slices.Repeat([]float64{0.9}, procsQuietMin)...)
 		if got[len(got)-2] != 4 || got[len(got)-1] != 1 {
 			t.Fatalf("quiet windows: %v", got)
 		}
@@ -103,7 +95,7 @@ func TestProcsGovernor(t *testing.T) {
 	t.Run("a long stint at one P resets the wait", func(t *testing.T) {
 		g := newProcsGovernor(2)
 		g.wait = procsQuietMax
-		feed(g, repeat(0.1, procsTryShort*procsQuietMax)...)
+		feed(g, slices.Repeat([]float64{0.1}, procsTryShort*procsQuietMax)...)
 		feed(g, 1, 1, 1)
 		if g.cur != 2 || g.wait != procsQuietMin {
 			t.Fatalf("cur %d wait %d", g.cur, g.wait)

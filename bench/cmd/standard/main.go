@@ -159,7 +159,7 @@ func printTable(w io.Writer, results []*bench.Result, warmup, duration time.Dura
 		}
 		busy := "-"
 		if m := res.Machine; m != nil {
-			busy = fmt.Sprintf("%.0f%%", 100*m.BusyCPUs/float64(m.CPUs))
+			busy = fmt.Sprintf("%.0f%%", m.BusyPercent())
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.name, rate(res.SendRate, res.Senders),
 			rate(res.ReceiveRate, res.Receivers), kind, p50, p99, cpu, rss, busy)
