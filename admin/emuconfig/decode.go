@@ -71,7 +71,8 @@ func (d *decoder) push(seg string) { d.path = append(d.path, seg) }
 func (d *decoder) pop()            { d.path = d.path[:len(d.path)-1] }
 
 // peek skips white space and comments and returns the next byte, or 0 at
-// the end of the input.
+// the end of the input (a NUL in the input is also 0: test d.pos against
+// the length where the two differ).
 func (d *decoder) peek() byte {
 	for d.pos < len(d.data) {
 		switch d.data[d.pos] {
@@ -108,7 +109,7 @@ func (d *decoder) comment() {
 
 // unexpected fails at the next byte, which is not what the caller wanted.
 func (d *decoder) unexpected(want string) {
-	if d.peek() == 0 {
+	if d.peek(); d.pos >= len(d.data) {
 		d.failf(d.pos, "unexpected end of file, want %s", want)
 	}
 	d.failf(d.pos, "invalid character %s, want %s", quoteByte(d.data[d.pos]), want)

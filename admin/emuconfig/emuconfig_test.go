@@ -296,6 +296,8 @@ func TestErrors(t *testing.T) {
 		{"end of file", `{"UserConfig": {"Namespaces": [‸`, "UserConfig.Namespaces[0]: unexpected end of file, want a value"},
 		{"empty file", `‸`, "unexpected end of file, want a value"},
 		{"trailing data", `{"UserConfig": {"Namespaces": []}} ‸x`, "invalid character 'x' after the top-level object"},
+		{"trailing NUL", "{\"UserConfig\": {\"Namespaces\": []}}‸\x00", "invalid character '\\x00' after the top-level object"},
+		{"NUL for a value", "{\"UserConfig\": {\"Namespaces\": ‸\x00", "UserConfig.Namespaces: invalid character '\\x00', want a value"},
 		{"second top-level value", `{"UserConfig": {"Namespaces": []}} ‸{}`, "invalid character '{' after the top-level object"},
 		{"bad literal", queuesDoc(`{"Name": "a", "Properties": {"RequiresSession": ‸ture}}`), qp + ".RequiresSession: invalid literal, want true"},
 		{"bad literal in unknown key", queuesDoc(`{"Name": "a", "Extra": [‸nul]}`), q + ".Extra[0]: invalid literal, want null"},
