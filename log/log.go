@@ -172,9 +172,26 @@ type waiter struct {
 	done func(error)
 }
 
+// keepBatchBytes is the largest record buffer a batch keeps for the next
+// one: a batch that carried large messages gives its buffer back to the
+// collector instead of holding it for the life of the log.
+const keepBatchBytes = 4 << 20
+
 func (b *batch) reset() {
+	if cap(b.buf) > keepBatchBytes {
+		b.buf = nil
+	}
+	// The done callbacks hold whatever their callers captured (a whole
+	// connection, say): clear them, not just the length.
+	clear(b.waiters)
 	b.buf, b.sizes, b.waiters = b.buf[:0], b.sizes[:0], b.waiters[:0]
 	b.first, b.last, b.cycled, b.urgent = 0, 0, false, false
+}
+
+// releaseHeld empties held, dropping its callbacks.
+func releaseHeld(held []waiter) []waiter {
+	clear(held)
+	return held[:0]
 }
 
 // Open opens (creating if needed) the log in dir, repairing a torn tail.
@@ -441,7 +458,7 @@ func (l *Log) run() {
 			l.fail(err)
 			l.release(held, l.Err())
 			l.release(p.waiters, l.Err())
-			held = held[:0]
+			held = releaseHeld(held)
 			p.reset()
 			spare = p
 			continue
@@ -468,10 +485,10 @@ func (l *Log) run() {
 		if err != nil {
 			l.fail(err)
 			l.release(held, l.Err())
-			held = held[:0]
+			held = releaseHeld(held)
 		} else if stats.Synced || l.opts.Sync == SyncNone {
 			l.release(held, nil)
-			held = held[:0]
+			held = releaseHeld(held)
 		}
 		if l.opts.OnCommit != nil {
 			l.opts.OnCommit(stats)
@@ -499,6 +516,9 @@ func (l *Log) write(wb *wal.Batch, p *batch) (CommitStats, error) {
 		err = l.wal.WriteBatch(wb)
 	}
 	wb.Clear()
+	if len(p.buf) > keepBatchBytes {
+		*wb = wal.Batch{} // the batch copied the records: let a large copy go
+	}
 	if err != nil {
 		return stats, fmt.Errorf("write indexes %d-%d: %w", p.first, p.last, err)
 	}
@@ -546,7 +566,7 @@ func (l *Log) syncAndRelease(held *[]waiter, lastSync *time.Time) {
 	} else {
 		l.release(*held, nil)
 	}
-	*held = (*held)[:0]
+	*held = releaseHeld(*held)
 	*lastSync = time.Now()
 	if behind && err == nil && l.opts.OnCommit != nil {
 		// The durable index moved: tell whoever watches commits.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -520,5 +521,44 @@ func TestReadAhead(t *testing.T) {
 	for idx := last + 1; idx <= l.LastIndex(); idx++ {
 		want[idx] = more[idx]
 		check(&w, idx)
+	}
+}
+
+// TestCommitForgetsCallbacks: once a commit has called its done callbacks
+// the log holds no reference to them, so nothing they captured (a closed
+// connection and its buffers, in the broker) outlives them. The log used
+// to keep them in its reused batches until later commits overwrote them.
+func TestCommitForgetsCallbacks(t *testing.T) {
+	for _, policy := range []SyncPolicy{SyncAlways, SyncInterval, SyncNone} {
+		t.Run(policy.String(), func(t *testing.T) {
+			l, _ := openT(t, t.TempDir(), Options{Sync: policy, SyncInterval: time.Millisecond})
+			defer l.Close()
+			var freed sync.WaitGroup
+			for range 8 {
+				captured := new([1 << 10]byte)
+				freed.Add(1)
+				runtime.AddCleanup(captured, func(*sync.WaitGroup) { freed.Done() }, &freed)
+				done := make(chan error, 1)
+				if _, err := l.Append([]Event{enq(10)}, func(err error) { _ = captured[0]; done <- err }); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+			all := make(chan struct{})
+			go func() { freed.Wait(); close(all) }()
+			deadline := time.After(10 * time.Second)
+			for {
+				runtime.GC()
+				select {
+				case <-all:
+					return
+				case <-deadline:
+					t.Fatal("the log still holds committed callbacks")
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		})
 	}
 }

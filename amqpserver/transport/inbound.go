@@ -96,6 +96,11 @@ func (s *Session) onTransfer(perf, payload []byte) *frames.Error {
 	if a.multi {
 		a.buf = append(a.buf, payload...)
 		body = a.buf
+		if cap(a.buf) > keepAssemblyBuffer {
+			// body keeps it alive until Deliver returns; the link does
+			// not hold a large message's buffer until its next one.
+			a.buf = nil
+		}
 	}
 	a.active = false
 	if old, dup := s.inUnsettled[a.id]; dup && old.link != nil {

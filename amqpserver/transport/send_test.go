@@ -159,11 +159,24 @@ func TestSendRejected(t *testing.T) {
 	}
 }
 
+// keptBuffer reports, for each delivery, the capacity of the reassembly
+// buffer its link keeps for the next one.
+type keptBuffer struct {
+	*collector
+	kept chan int
+}
+
+func (k keptBuffer) Deliver(d Delivery) {
+	k.kept <- cap(d.Link.asm.buf) // the reader goroutine: the buffer's owner
+	k.collector.Deliver(d)
+}
+
 // TestSendLargeMessages sends messages of 1 MB and more through small
-// frames; the handler sees each reassembled exactly.
+// frames; the handler sees each reassembled exactly, and the link does not
+// keep a buffer over keepAssemblyBuffer once a delivery is handed over.
 func TestSendLargeMessages(t *testing.T) {
 	h := newTestHandler()
-	col := newCollector(h, 4)
+	col := keptBuffer{newCollector(h, 4), make(chan int, 4)}
 	h.inbound = func(*Link) InboundHandler { return col }
 	ts := startServer(t, Config{MaxFrameSize: 4096, MaxMessageSize: 5 << 20}, h)
 	snd, err := newSession(t, ts.dial(t, nil)).NewSender(testCtx(t), "q", nil)
@@ -173,7 +186,7 @@ func TestSendLargeMessages(t *testing.T) {
 	if snd.MaxMessageSize() != 5<<20 {
 		t.Fatalf("advertised max-message-size %d", snd.MaxMessageSize())
 	}
-	for _, size := range []int{1 << 20, 3<<20 + 17} {
+	for _, size := range []int{1 << 20, 3<<20 + 17, 64 << 10} {
 		body := make([]byte, size)
 		for i := range body {
 			body[i] = byte(i * 7)
@@ -183,6 +196,12 @@ func TestSendLargeMessages(t *testing.T) {
 		d := <-col.deliveries
 		if !bytes.Equal(decode(t, d.Payload), body) {
 			t.Fatalf("message of %d bytes corrupted", size)
+		}
+		switch kept := <-col.kept; {
+		case size > keepAssemblyBuffer && kept != 0:
+			t.Fatalf("after a message of %d bytes the link keeps a buffer of %d", size, kept)
+		case size < keepAssemblyBuffer && kept < size:
+			t.Fatalf("after a message of %d bytes the link keeps %d bytes, not its buffer", size, kept)
 		}
 		if err := d.Settle(&frames.Accepted{}); err != nil {
 			t.Fatal(err)

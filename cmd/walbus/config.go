@@ -12,8 +12,10 @@ import (
 
 // applyConfig creates the queues an emulator Config.json lists that do not
 // exist yet. An existing entity keeps its data and its settings: the file
-// describes what to create, as the emulator's does at start.
-func applyConfig(b *broker.Broker, path string, logger *slog.Logger) error {
+// describes what to create, as the emulator's does at start. A queue that
+// allows larger messages than the server's --max-message-size (linkMax)
+// gets a warning: links advertise the smaller of the two.
+func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Logger) error {
 	f, err := emuconfig.Load(path)
 	if err != nil {
 		return err
@@ -24,6 +26,10 @@ func applyConfig(b *broker.Broker, path string, logger *slog.Logger) error {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 		for _, q := range queues {
+			if kb := q.Properties.MaxMessageSizeInKilobytes; kb != nil && uint64(*kb)*1024 > linkMax {
+				logger.Warn("queue allows larger messages than --max-message-size; its links take up to that",
+					"queue", q.Name, "MaxMessageSizeInKilobytes", *kb, "max_message_size", linkMax)
+			}
 			_, err := b.CreateQueue(q.Name, q.Config())
 			switch {
 			case errors.Is(err, broker.ErrEntityExists):

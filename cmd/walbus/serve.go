@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -341,7 +340,7 @@ func serve(args []string) int {
 	metrics.SetBroker(b)
 	logger.Info("recovered", "entities", len(rec.Entities), "took", rec.Took, "data", o.data, "sync", policy.String())
 	if o.config != "" {
-		if err := applyConfig(b, o.config, logger); err != nil {
+		if err := applyConfig(b, o.config, o.limits.MaxMessageSize, logger); err != nil {
 			logger.Error("bad config", "err", err)
 			b.Close()
 			return 2
@@ -428,20 +427,4 @@ func listenAMQP(o *serveOptions, srv *amqpserver.Server, logger *slog.Logger) ([
 		logger.Info("listening", "amqps", ln.Addr().String())
 	}
 	return listeners, nil
-}
-
-// gcPercent is the garbage collector's target for serve and bench when
-// GOGC is not set. serve: tidwall/wal keeps each log's open segment in one
-// buffer that it grows by reallocation, which allocates about five bytes
-// for every byte logged; with Go's default of 100 the collector then runs
-// far more often than the broker's live data calls for, and costs a third
-// of its CPU. bench: the SDK allocates several times each message's size
-// to build it, and a load generator sharing the broker's cores should
-// leave them to the broker. GOGC and GOMEMLIMIT still rule when set.
-const gcPercent = 400
-
-func tuneGC() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(gcPercent)
-	}
 }
