@@ -89,12 +89,12 @@ func (s *Session) onTransfer(perf, payload []byte) *frames.Error {
 			a.state = cloneState(a.state)
 			a.buf = a.buf[:0]
 		}
-		a.buf = append(a.buf, payload...)
+		a.buf = appendGrowing(a.buf, payload)
 		return nil
 	}
 	body := payload
 	if a.multi {
-		a.buf = append(a.buf, payload...)
+		a.buf = appendGrowing(a.buf, payload)
 		body = a.buf
 		if cap(a.buf) > keepAssemblyBuffer {
 			// body keeps it alive until Deliver returns; the link does
@@ -300,4 +300,16 @@ func cloneState(s frames.DeliveryState) frames.DeliveryState {
 		return &frames.Declared{TxnID: bytes.Clone(v.TxnID)}
 	}
 	return s
+}
+
+// appendGrowing appends p to buf, doubling buf's capacity when it is full:
+// append's own growth (a quarter at a time for large slices) would copy a
+// 100 MB message about twenty times while it arrives.
+func appendGrowing(buf, p []byte) []byte {
+	if need := len(buf) + len(p); need > cap(buf) {
+		grown := make([]byte, len(buf), max(need, 2*cap(buf)))
+		copy(grown, buf)
+		buf = grown
+	}
+	return append(buf, p...)
 }

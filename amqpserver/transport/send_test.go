@@ -212,6 +212,32 @@ func TestSendLargeMessages(t *testing.T) {
 	}
 }
 
+// TestAppendGrowing: frames appended one by one keep their bytes in order,
+// and a full buffer doubles, so a message of n frames costs about log2(n)
+// copies of what has arrived, not one per quarter of growth.
+func TestAppendGrowing(t *testing.T) {
+	var buf, want []byte
+	grows := 0
+	for i := range 2000 {
+		frame := bytes.Repeat([]byte{byte(i)}, 4000+i%97)
+		before := cap(buf)
+		buf = appendGrowing(buf, frame)
+		want = append(want, frame...)
+		if cap(buf) != before {
+			grows++
+			if before > 0 && cap(buf) < 2*before {
+				t.Fatalf("grew from %d to %d", before, cap(buf))
+			}
+		}
+	}
+	if !bytes.Equal(buf, want) {
+		t.Fatal("appended bytes differ")
+	}
+	if grows > 12 { // 8 MB in frames of about 4 KB: 12 doublings at most
+		t.Fatalf("%d reallocations for %d bytes", grows, len(buf))
+	}
+}
+
 func TestSendSettleModesEchoed(t *testing.T) {
 	ts := startServer(t, Config{}, nil)
 	s := newSession(t, ts.dial(t, nil))
