@@ -1,8 +1,10 @@
 package admin
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walbus/walbus/amqpserver/transport"
@@ -20,6 +22,7 @@ type Metrics struct {
 	fsync    prometheus.Histogram
 	records  prometheus.Histogram
 	snapshot prometheus.Histogram
+	wait     prometheus.Histogram
 	recovery *prometheus.GaugeVec
 
 	broker atomic.Pointer[broker.Broker]
@@ -45,12 +48,27 @@ func NewMetrics() *Metrics {
 		snapshot: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walbus_snapshot_duration_seconds",
 			Help:    "Time to compress, write and fsync one snapshot.",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 16)}),
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walbus_message_wait_seconds",
+			Help: "Time from a message's enqueue (or due time, if scheduled) to its first delivery, " +
+				"the fsync before it could go included; dead-letter queues not counted.",
+			Buckets: oneTwoFive(100e-6, 22)}),
 		recovery: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walbus_recovery_duration_seconds",
 			Help: "Time the last start took to recover the entity from its snapshot and log."}, []string{"entity"}),
 	}
-	m.reg.MustRegister(m.commit, m.fsync, m.records, m.snapshot, m.recovery, entityCollector{m},
+	m.reg.MustRegister(m.commit, m.fsync, m.records, m.snapshot, m.wait, m.recovery, entityCollector{m},
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
+}
+
+// oneTwoFive returns n bucket bounds from start on, in steps of 1, 2, 5
+// times a power of ten (start 1e-4: 0.1 ms, 0.2, 0.5, 1, 2, 5 ms, ...): a
+// latency objective such as "under 2 ms" is a bound.
+func oneTwoFive(start float64, n int) []float64 {
+	bounds := make([]float64, n)
+	for i := range bounds {
+		bounds[i] = start * []float64{1, 2, 5}[i%3] * math.Pow(10, float64(i/3))
+	}
+	return bounds
 }
 
 // Registry is where the metrics are registered.
@@ -73,6 +91,12 @@ func (m *Metrics) ObserveSnapshot(s broker.SnapshotStats) {
 	if s.Err == nil {
 		m.snapshot.Observe(s.Took.Seconds())
 	}
+}
+
+// ObserveFirstDelivery records how long a message waited in its queue
+// before its first delivery.
+func (m *Metrics) ObserveFirstDelivery(_ string, wait time.Duration) {
+	m.wait.Observe(max(wait, 0).Seconds())
 }
 
 // ObserveRecovery records what the broker's start took per entity.

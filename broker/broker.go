@@ -53,6 +53,12 @@ type Options struct {
 	OnCommit func(entity string, s log.CommitStats)
 	// OnSnapshot, if set, is told about every snapshot written.
 	OnSnapshot func(SnapshotStats)
+	// OnFirstDelivery, if set, is told how long each message waited in its
+	// queue: from its enqueue (or, scheduled, its due time) to its first
+	// delivery, the fsync before it could go included. Dead-letter queues
+	// and messages received by sequence number are not counted. It runs on
+	// the entity's actor and must not block.
+	OnFirstDelivery func(entity string, wait time.Duration)
 	// Fault, if set, is asked before every write and fsync of an entity's
 	// log (entity "" is the namespace log): the fault-injection layer for
 	// tests. Production leaves it nil.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,18 @@ func openBroker(t *testing.T, opts Options) *Broker {
 		t.Fatalf("open: %v", err)
 	}
 	return b
+}
+
+// nextDelivery waits for the next delivery on ch.
+func nextDelivery(t *testing.T, ch <-chan Delivery) Delivery {
+	t.Helper()
+	select {
+	case d := <-ch:
+		return d
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery")
+		return Delivery{}
+	}
 }
 
 func sendSync(t *testing.T, e *Entity, msgs ...projection.Message) {
@@ -142,16 +155,7 @@ func TestBacklogReadFromTheLog(t *testing.T) {
 			t.Fatalf("settle %d: %v", d.Seq, err)
 		}
 	}
-	next := func() Delivery {
-		t.Helper()
-		select {
-		case d := <-deliveries:
-			return d
-		case <-time.After(10 * time.Second):
-			t.Fatal("no delivery")
-			return Delivery{}
-		}
-	}
+	next := func() Delivery { t.Helper(); return nextDelivery(t, deliveries) }
 	r.SetLimit(n + 1)
 	props := []byte{0xc1, 0x01, 0x00} // an empty AMQP map: the broker keeps it as it is
 	for i := range n {
@@ -454,4 +458,83 @@ func TestCommitDoneAfterDurableAndApplied(t *testing.T) {
 			t.Fatalf("durable first %v: done ran %d times with %v", durableFirst, len(calls), calls)
 		}
 	}
+}
+
+// TestFirstDeliveryWait: OnFirstDelivery gets each message's time in the
+// queue (from its due time if it was scheduled) at its first delivery
+// only; redeliveries and the dead-letter queue are not counted.
+func TestFirstDeliveryWait(t *testing.T) {
+	clock := NewFakeClock(scriptEpoch)
+	var mu sync.Mutex
+	var waits []time.Duration
+	b := openBroker(t, Options{Dir: t.TempDir(), Clock: clock, OnFirstDelivery: func(entity string, wait time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if entity != "q" {
+			t.Errorf("wait reported for entity %q", entity)
+		}
+		waits = append(waits, wait)
+	}})
+	defer b.Close()
+	e, err := b.CreateQueue("q", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliveries := make(chan Delivery, 4)
+	attach := func(queue uint32) *Receiver {
+		r, err := e.Attach(ReceiverOptions{Queue: queue, Name: fmt.Sprint(queue), Deliver: func(d Delivery) { deliveries <- d }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	next := func() Delivery { t.Helper(); return nextDelivery(t, deliveries) }
+	settle := func(d Delivery, outcome projection.Outcome) {
+		t.Helper()
+		ch := make(chan error, 1)
+		e.Settle(d.Queue, Settlement{Token: d.Token, Outcome: outcome, Reason: "r"}, func(err error) { ch <- err })
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	recorded := func(want ...time.Duration) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(waits, want) {
+			t.Fatalf("waits %v, want %v", waits, want)
+		}
+	}
+
+	sendSync(t, e, projection.Message{MessageID: "a", Body: []byte("a")})
+	clock.Advance(3 * time.Second)
+	r := attach(log.MainQueue)
+	r.SetLimit(1)
+	settle(next(), projection.Abandon)
+	r.SetLimit(2)
+	settle(next(), projection.Complete) // the redelivery adds nothing
+	recorded(3 * time.Second)
+
+	// Scheduled at +3 s for +10 s and received at +12 s: it waited 2 s.
+	scheduled := make(chan error, 1)
+	e.Schedule(log.MainQueue, []projection.Message{{MessageID: "s", Body: []byte("s"),
+		ScheduledAt: scriptEpoch.Add(10 * time.Second).UnixNano()}}, func(_ []uint64, err error) { scheduled <- err })
+	if err := <-scheduled; err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(7 * time.Second) // due: the timer tells the actor
+	if err := e.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Second)
+	r.SetLimit(3)
+	settle(next(), projection.DeadLetter)
+	recorded(3*time.Second, 2*time.Second)
+
+	// Its receive from the dead-letter queue is not a wait in a queue.
+	attach(log.DeadLetterQueue).SetLimit(1)
+	if d := next(); d.Queue != log.DeadLetterQueue {
+		t.Fatalf("delivery from queue %d", d.Queue)
+	}
+	recorded(3*time.Second, 2*time.Second)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/walbus/walbus/index"
 	"github.com/walbus/walbus/log"
@@ -317,6 +318,13 @@ func (e *Entity) deliverTo(r *Receiver, max uint64) uint64 {
 		d.Token, d.LockedUntil = ev.Token, ev.Until
 		if ev.Type == log.Locked {
 			d.State = index.Locked
+		}
+		if hook := e.b.opts.OnFirstDelivery; hook != nil && d.Deliveries == 0 && d.Queue == log.MainQueue {
+			since := d.EnqueuedAt
+			if d.ScheduledAt > since {
+				since = d.ScheduledAt
+			}
+			hook(e.name, time.Duration(ev.Time-since))
 		}
 		out = append(out, d)
 	}

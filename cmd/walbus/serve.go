@@ -331,7 +331,8 @@ func serve(args []string) int {
 
 	policy, _ := log.ParseSyncPolicy(o.sync)
 	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, CacheBytes: int64(o.cacheSize), Logger: logger,
-		OnCommit: metrics.ObserveCommit, OnSnapshot: metrics.ObserveSnapshot})
+		OnCommit: metrics.ObserveCommit, OnSnapshot: metrics.ObserveSnapshot,
+		OnFirstDelivery: metrics.ObserveFirstDelivery})
 	if err != nil {
 		logger.Error("cannot start", "err", err)
 		return 1

@@ -185,6 +185,7 @@ func TestHealthAndMetrics(t *testing.T) {
 		"walbus_snapshot_duration_seconds_count",
 		"walbus_group_commit_duration_seconds_count",
 		"walbus_fsync_duration_seconds_bucket",
+		"walbus_message_wait_seconds_count 5", // first deliveries only, the scheduled one not yet
 		"walbus_entity_log_bytes{entity=\"q\"}",
 	) {
 		if !strings.Contains(text, want) {
