@@ -26,16 +26,22 @@ func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Log
 			return fmt.Errorf("%s: %w", path, err)
 		}
 		for _, q := range queues {
-			if kb := q.Properties.MaxMessageSizeInKilobytes; kb != nil && uint64(*kb)*1024 > linkMax {
-				logger.Warn("queue allows larger messages than --max-message-size; its links take up to that",
-					"queue", q.Name, "MaxMessageSizeInKilobytes", *kb, "max_message_size", linkMax)
-			}
-			_, err := b.CreateQueue(q.Name, q.Config())
+			e, err := b.CreateQueue(q.Name, q.Config())
 			switch {
 			case errors.Is(err, broker.ErrEntityExists):
 				logger.Debug("queue exists; kept as it is", "queue", q.Name)
+				e, err = b.Entity(q.Name)
+				if err != nil {
+					return fmt.Errorf("%s: queue %s: %w", path, q.Name, err)
+				}
 			case err != nil:
 				return fmt.Errorf("%s: queue %s: %w", path, q.Name, err)
+			}
+			// The queue's own setting, which for one that existed may not
+			// be the file's.
+			if cfg, err := e.Config(); err == nil && uint64(cfg.MaxMessageSize) > linkMax {
+				logger.Warn("queue allows larger messages than --max-message-size; its links take up to that",
+					"queue", q.Name, "MaxMessageSizeInKilobytes", cfg.MaxMessageSize/1024, "max_message_size", linkMax)
 			}
 		}
 		for _, t := range ns.Topics {

@@ -68,9 +68,10 @@ func TestLargeMessagesLeaveNoMemoryBehind(t *testing.T) {
 func TestQueueAboveMaxMessageSizeWarns(t *testing.T) {
 	cfg := writeConfig(t, "big", `"MaxMessageSizeInKilobytes": 2048`)
 	const warning = "queue allows larger messages than --max-message-size"
-	p := startWalbus(t, t.TempDir(), "--config", cfg)
-	logs := p.logs()
-	if !strings.Contains(logs, warning) || !strings.Contains(logs, "queue=big MaxMessageSizeInKilobytes=2048 max_message_size=1048576") {
+	const named = "queue=big MaxMessageSizeInKilobytes=2048 max_message_size=1048576"
+	dir := t.TempDir()
+	p := startWalbus(t, dir, "--config", cfg)
+	if logs := p.logs(); !strings.Contains(logs, warning) || !strings.Contains(logs, named) {
 		t.Fatalf("no warning for a 2 MiB queue under the default 1 MiB limit:\n%s", logs)
 	}
 	client, err := azservicebus.NewClientFromConnectionString(p.connString(), nil)
@@ -82,6 +83,14 @@ func TestQueueAboveMaxMessageSizeWarns(t *testing.T) {
 	err = s.SendMessage(context.Background(), &azservicebus.Message{Body: make([]byte, 1<<20+1)}, nil)
 	if !errors.Is(err, azservicebus.ErrMessageTooLarge) {
 		t.Fatalf("a message over the server's limit: %v", err)
+	}
+	p.kill()
+
+	// The queue keeps its settings when the file changes: the warning is
+	// about the queue as it is.
+	p = startWalbus(t, dir, "--config", writeConfig(t, "big", `"MaxMessageSizeInKilobytes": 512`))
+	if logs := p.logs(); !strings.Contains(logs, named) {
+		t.Fatalf("no warning for the existing 2 MiB queue:\n%s", logs)
 	}
 	p.kill()
 
