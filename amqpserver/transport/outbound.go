@@ -102,6 +102,7 @@ func (s *Session) flushQueue() {
 		out, rest, err := frames.AppendTransferFrame(c.out, s.outChannel, &q.t, q.payload, c.outFrameSize)
 		if err != nil {
 			l := q.link
+			*q = queuedTransfer{}
 			s.queue = s.queue[1:]
 			l.detach(newError(CondInternalError, err.Error()))
 			continue
