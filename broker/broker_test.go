@@ -26,6 +26,18 @@ func openBroker(t *testing.T, opts Options) *Broker {
 	return b
 }
 
+// settleSync settles d with s (its token filled in) and waits for the
+// outcome to be durable.
+func settleSync(t *testing.T, e *Entity, d Delivery, s Settlement) {
+	t.Helper()
+	s.Token = d.Token
+	ch := make(chan error, 1)
+	e.Settle(d.Queue, s, func(err error) { ch <- err })
+	if err := <-ch; err != nil {
+		t.Fatalf("settle %d: %v", d.Seq, err)
+	}
+}
+
 // nextDelivery waits for the next delivery on ch.
 func nextDelivery(t *testing.T, ch <-chan Delivery) Delivery {
 	t.Helper()
@@ -146,15 +158,7 @@ func TestBacklogReadFromTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	settle := func(d Delivery, s Settlement) {
-		t.Helper()
-		s.Token = d.Token
-		ch := make(chan error, 1)
-		e.Settle(log.MainQueue, s, func(err error) { ch <- err })
-		if err := <-ch; err != nil {
-			t.Fatalf("settle %d: %v", d.Seq, err)
-		}
-	}
+	settle := func(d Delivery, s Settlement) { t.Helper(); settleSync(t, e, d, s) }
 	next := func() Delivery { t.Helper(); return nextDelivery(t, deliveries) }
 	r.SetLimit(n + 1)
 	props := []byte{0xc1, 0x01, 0x00} // an empty AMQP map: the broker keeps it as it is
@@ -189,13 +193,7 @@ func TestLogFollowsBacklog(t *testing.T) {
 	deliveries := make(chan Delivery, 4096)
 	r, _ := e.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { deliveries <- d }})
 	r.SetLimit(1 << 40)
-	settle := func(d Delivery, o projection.Outcome) {
-		ch := make(chan error, 1)
-		e.Settle(log.MainQueue, Settlement{Token: d.Token, Outcome: o}, func(err error) { ch <- err })
-		if err := <-ch; err != nil {
-			t.Fatal(err)
-		}
-	}
+	settle := func(d Delivery, o projection.Outcome) { t.Helper(); settleSync(t, e, d, Settlement{Outcome: o}) }
 	round := func(n int, firstOutcome projection.Outcome) {
 		for i := range n {
 			sendSync(t, e, projection.Message{Body: make([]byte, 200), MessageID: fmt.Sprint(i)})
@@ -419,11 +417,7 @@ func TestDeliveriesRideOnTheNextFsync(t *testing.T) {
 	if e.log.DurableIndex() >= locked {
 		t.Fatalf("the lock events are durable (%d of %d) without an fsync", e.log.DurableIndex(), locked)
 	}
-	ch := make(chan error, 1)
-	e.Settle(log.MainQueue, Settlement{Token: got[0].Token, Outcome: projection.Complete}, func(err error) { ch <- err })
-	if err := <-ch; err != nil {
-		t.Fatal(err)
-	}
+	settleSync(t, e, got[0], Settlement{Outcome: projection.Complete})
 	for deadline := time.Now().Add(10 * time.Second); count() == before && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond) // the commit is reported after the acknowledgement
 	}
@@ -491,11 +485,7 @@ func TestFirstDeliveryWait(t *testing.T) {
 	next := func() Delivery { t.Helper(); return nextDelivery(t, deliveries) }
 	settle := func(d Delivery, outcome projection.Outcome) {
 		t.Helper()
-		ch := make(chan error, 1)
-		e.Settle(d.Queue, Settlement{Token: d.Token, Outcome: outcome, Reason: "r"}, func(err error) { ch <- err })
-		if err := <-ch; err != nil {
-			t.Fatal(err)
-		}
+		settleSync(t, e, d, Settlement{Outcome: outcome, Reason: "r"})
 	}
 	recorded := func(want ...time.Duration) {
 		t.Helper()

@@ -71,8 +71,8 @@ func (d *decoder) push(seg string) { d.path = append(d.path, seg) }
 func (d *decoder) pop()            { d.path = d.path[:len(d.path)-1] }
 
 // peek skips white space and comments and returns the next byte, or 0 at
-// the end of the input (a NUL in the input is also 0: test d.pos against
-// the length where the two differ).
+// the end of the input (a NUL in the input is also 0: atEnd tells them
+// apart).
 func (d *decoder) peek() byte {
 	for d.pos < len(d.data) {
 		switch d.data[d.pos] {
@@ -85,6 +85,13 @@ func (d *decoder) peek() byte {
 		}
 	}
 	return 0
+}
+
+// atEnd skips white space and comments and reports whether the input
+// ends there.
+func (d *decoder) atEnd() bool {
+	d.peek()
+	return d.pos >= len(d.data)
 }
 
 func (d *decoder) comment() {
@@ -109,7 +116,7 @@ func (d *decoder) comment() {
 
 // unexpected fails at the next byte, which is not what the caller wanted.
 func (d *decoder) unexpected(want string) {
-	if d.peek(); d.pos >= len(d.data) {
+	if d.atEnd() {
 		d.failf(d.pos, "unexpected end of file, want %s", want)
 	}
 	d.failf(d.pos, "invalid character %s, want %s", quoteByte(d.data[d.pos]), want)

@@ -35,7 +35,7 @@ func (d *decoder) document() *File {
 	if !sawUserConfig {
 		d.failf(root, "missing UserConfig")
 	}
-	if d.peek(); d.pos < len(d.data) {
+	if !d.atEnd() {
 		d.failf(d.pos, "invalid character %s after the top-level object", quoteByte(d.data[d.pos]))
 	}
 	return f

@@ -11,6 +11,17 @@ import (
 // between multi-frame deliveries.
 const keepAssemblyBuffer = 1 << 20
 
+// reusable is what a link keeps of a reassembly buffer it is done with:
+// the buffer emptied, or nothing if it is over keepAssemblyBuffer, so a
+// large message's buffer goes as soon as the message has been handed over
+// or dropped.
+func reusable(buf []byte) []byte {
+	if cap(buf) > keepAssemblyBuffer {
+		return nil
+	}
+	return buf[:0]
+}
+
 // assembly is the delivery a link is receiving, frame by frame (§2.6.14).
 // Only the reader goroutine touches it.
 type assembly struct {
@@ -73,7 +84,7 @@ func (s *Session) onTransfer(perf, payload []byte) *frames.Error {
 		return nil
 	}
 	if !a.discard && uint64(len(a.buf))+uint64(len(payload)) > l.maxSize {
-		a.discard, a.buf = true, a.buf[:0]
+		a.discard, a.buf = true, reusable(a.buf)
 	}
 	if a.discard {
 		if !t.More {
@@ -95,12 +106,8 @@ func (s *Session) onTransfer(perf, payload []byte) *frames.Error {
 	body := payload
 	if a.multi {
 		a.buf = appendGrowing(a.buf, payload)
-		body = a.buf
-		if cap(a.buf) > keepAssemblyBuffer {
-			// body keeps it alive until Deliver returns; the link does
-			// not hold a large message's buffer until its next one.
-			a.buf = nil
-		}
+		body = a.buf // alive until Deliver returns
+		a.buf = reusable(a.buf)
 	}
 	a.active = false
 	if old, dup := s.inUnsettled[a.id]; dup && old.link != nil {
@@ -135,9 +142,6 @@ func (l *Link) beginDelivery(t *frames.Transfer) bool {
 	l.received++
 	l.deliveryCount++
 	a := &l.asm
-	if cap(a.buf) > keepAssemblyBuffer {
-		a.buf = nil
-	}
 	*a = assembly{
 		active:  true,
 		id:      t.DeliveryID.Value,
@@ -156,7 +160,7 @@ func (l *Link) beginDelivery(t *frames.Transfer) bool {
 func (l *Link) resetAssembly() {
 	a := &l.asm
 	a.active, a.multi, a.discard, a.state, a.tag = false, false, false, nil, nil
-	a.buf = a.buf[:0]
+	a.buf = reusable(a.buf)
 }
 
 // rejectOversize ends a delivery larger than max-message-size once its
