@@ -60,6 +60,14 @@ type Options struct {
 	// MaxPendingBytes bounds encoded records waiting for the writer; Append
 	// blocks beyond it. Default 64 MiB.
 	MaxPendingBytes int
+	// IdleRoll is how long the log goes without a write before a tail
+	// segment of IdleRollBytes or more is closed and an empty one begun:
+	// tidwall keeps the whole tail in memory, and an idle log (a drained
+	// queue, say) should not. Default 2s.
+	IdleRoll time.Duration
+	// IdleRollBytes is the smallest tail worth a segment of its own when
+	// the log goes idle. Default 256 KiB.
+	IdleRollBytes int
 	// Repair cuts the log at damage found in its last segment instead of
 	// refusing to open it. Damage in older segments is found by Scan and is
 	// cut with TruncateBack.
@@ -95,6 +103,12 @@ func (o Options) withDefaults() Options {
 	if o.MaxPendingBytes <= 0 {
 		o.MaxPendingBytes = 64 << 20
 	}
+	if o.IdleRoll <= 0 {
+		o.IdleRoll = 2 * time.Second
+	}
+	if o.IdleRollBytes <= 0 {
+		o.IdleRollBytes = 256 << 10
+	}
 	return o
 }
 
@@ -128,8 +142,15 @@ type OpenReport struct {
 type Log struct {
 	dir  string
 	opts Options
-	wal  *wal.Log
 	segs *segmentSet
+
+	// wal is replaced when the writer rolls an idle tail (reopening
+	// tidwall is the only way to make it let go of the tail's buffer). The
+	// writer goroutine uses it freely; TruncateFront, which runs on
+	// others, holds walMu, and the roll holds it (and mu) to replace it.
+	wal       *wal.Log
+	walMu     sync.Mutex
+	lastWrite time.Time // writer goroutine only: when it last wrote records
 
 	mu        sync.Mutex
 	space     *sync.Cond // signalled when the writer takes the pending batch
@@ -186,6 +207,12 @@ func (b *batch) reset() {
 	clear(b.waiters)
 	b.buf, b.sizes, b.waiters = b.buf[:0], b.sizes[:0], b.waiters[:0]
 	b.first, b.last, b.cycled, b.urgent = 0, 0, false, false
+}
+
+// release empties b and lets its buffers go.
+func (b *batch) release() {
+	b.reset()
+	b.buf, b.sizes, b.waiters = nil, nil, nil
 }
 
 // releaseHeld empties held, dropping its callbacks.
@@ -252,6 +279,20 @@ func Open(dir string, opts Options) (*Log, OpenReport, error) {
 		exited:    make(chan struct{}),
 	}
 	l.space = sync.NewCond(&l.mu)
+	if tail >= int64(opts.IdleRollBytes) {
+		// tidwall has just read the last segment whole; a log that has
+		// just opened has no use for it in memory. Begin the next one.
+		if err := l.reopenAt(last + 1); err != nil {
+			w.Close()
+			return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
+		}
+		if err := SyncDir(dir); err != nil {
+			l.wal.Close()
+			return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
+		}
+		l.segs.add(last + 1)
+		l.tailFirst, l.tailSize, l.cycleNext = last+1, 0, false
+	}
 	l.first.Store(first)
 	l.written.Store(last)
 	l.durable.Store(last)
@@ -401,8 +442,14 @@ func (l *Log) run() {
 		lastSync = time.Now()
 		timer    = time.NewTimer(time.Hour)
 		armed    bool
+		// idle runs out IdleRoll after the last write, at most once per
+		// IdleRoll while writes go on.
+		idle      = time.NewTimer(time.Hour)
+		idleArmed bool
 	)
 	timer.Stop()
+	idle.Stop()
+	defer idle.Stop()
 	lazyDue := false // the timer ran out on lazy records
 	for {
 		l.mu.Lock()
@@ -438,6 +485,20 @@ func (l *Log) run() {
 				armed = false
 				lazyDue = l.opts.Sync == SyncAlways
 				l.syncAndRelease(&held, &lastSync)
+			case <-idle.C:
+				idleArmed = false
+				if wait := l.opts.IdleRoll - time.Since(l.lastWrite); wait > 0 {
+					idle.Reset(wait)
+					idleArmed = true
+				} else {
+					// Idle: let go of what was sized for the last burst.
+					wb = wal.Batch{}
+					spare.release()
+					if l.rollIdle() {
+						idle.Reset(l.opts.IdleRoll)
+						idleArmed = true
+					}
+				}
 			}
 			continue
 		}
@@ -462,6 +523,10 @@ func (l *Log) run() {
 			p.reset()
 			spare = p
 			continue
+		}
+		if len(p.sizes) > 0 && !idleArmed {
+			idle.Reset(l.opts.IdleRoll)
+			idleArmed = true
 		}
 		held = append(held, p.waiters...)
 		switch {
@@ -506,6 +571,7 @@ func (l *Log) write(wb *wal.Batch, p *batch) (CommitStats, error) {
 		return stats, nil
 	}
 	start := time.Now()
+	l.lastWrite = start
 	off := 0
 	for i, size := range p.sizes {
 		wb.Write(p.first+uint64(i), p.buf[off:off+size])
@@ -538,6 +604,79 @@ func (l *Log) write(wb *wal.Batch, p *batch) (CommitStats, error) {
 	l.written.Store(p.last)
 	stats.Write = time.Since(start)
 	return stats, nil
+}
+
+// rollIdle closes the tail segment and begins an empty one, so that tidwall,
+// reopened, lets go of the tail it kept in memory; it also drops the empty
+// pending batch's buffers. The writer calls it when the log has been idle
+// for IdleRoll; a tail under IdleRollBytes stays where it is. It reports
+// true when the log was busy (records queued or not yet durable, a
+// TruncateFront under way) and the caller should try again later. A
+// failure fails the log, as a failed write does: every record stays where
+// it was.
+func (l *Log) rollIdle() (retry bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.pend.sizes) == 0 && len(l.pend.waiters) == 0 {
+		l.pend.release()
+	}
+	if l.closed || l.err != nil || l.tailSize < int64(l.opts.IdleRollBytes) {
+		return false
+	}
+	if len(l.pend.sizes) > 0 || len(l.pend.waiters) > 0 || l.durable.Load() != l.written.Load() || !l.walMu.TryLock() {
+		return true
+	}
+	defer l.walMu.Unlock()
+	next := l.next
+	err := l.fault("roll")
+	if err == nil {
+		if l.cycleNext && exists(segmentPath(l.dir, next)) {
+			// A record filled the tail and tidwall has begun the next
+			// segment already; it keeps the full one in its cache.
+			err = l.wal.ClearCache()
+		} else {
+			err = l.reopenAt(next)
+		}
+	}
+	if err == nil {
+		err = SyncDir(l.dir)
+	}
+	if err != nil {
+		l.err = &failedError{err: fmt.Errorf("begin segment %s: %w", SegmentName(next), err)}
+		l.space.Broadcast()
+		return false
+	}
+	// What tidwall's own cycle does, done now: the next record starts the
+	// new segment.
+	l.segs.add(next)
+	l.tailFirst, l.tailSize, l.cycleNext = next, 0, false
+	return false
+}
+
+// reopenAt closes tidwall, creates the empty segment next and opens
+// tidwall again, which takes that segment as its tail.
+func (l *Log) reopenAt(next uint64) error {
+	if err := l.wal.Close(); err != nil { // fsyncs the tail
+		return err
+	}
+	f, err := os.OpenFile(segmentPath(l.dir, next), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	w, err := wal.Open(l.dir, tidwallOptions(l.opts))
+	if err != nil {
+		return err
+	}
+	l.wal = w
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func (l *Log) sync() (time.Duration, error) {
@@ -639,6 +778,8 @@ func (l *Log) TruncateFront(upTo uint64) (uint64, error) {
 	if err := l.Err(); err != nil {
 		return l.first.Load(), err
 	}
+	l.walMu.Lock()
+	defer l.walMu.Unlock()
 	segs := l.segs.list()
 	limit := min(upTo, l.written.Load())
 	k := -1

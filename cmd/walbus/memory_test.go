@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
@@ -97,5 +101,140 @@ func TestQueueAboveMaxMessageSizeWarns(t *testing.T) {
 	p = startWalbus(t, t.TempDir(), "--config", cfg, "--max-message-size", "2MiB")
 	if strings.Contains(p.logs(), warning) {
 		t.Fatalf("a warning when the server allows the queue's size:\n%s", p.logs())
+	}
+}
+
+// TestIdleQueuesHoldNoLogTail: queues that were written and drained, then
+// left idle, give back the log tail tidwall keeps in memory. Before, each
+// kept up to a segment (8 MiB by default) of bodies it would never read
+// again until its segment filled: 100 such queues held 690 MB.
+func TestIdleQueuesHoldNoLogTail(t *testing.T) {
+	const (
+		queues  = 12
+		perMsg  = 256 << 10
+		perQ    = 16 // 4 MiB a queue, under the 8 MiB segment
+		settled = queues * perQ * perMsg
+	)
+	var names []string
+	for i := range queues {
+		names = append(names, fmt.Sprintf(`{"Name": "idle-%d", "Properties": {}}`, i))
+	}
+	cfg := filepath.Join(t.TempDir(), "Config.json")
+	body := `{"UserConfig": {"Namespaces": [{"Name": "ns", "Queues": [` + strings.Join(names, ",") + `]}]}}`
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startWalbus(t, t.TempDir(), "--config", cfg, "--pprof")
+	ctx := context.Background()
+	client, err := azservicebus.NewClientFromConnectionString(p.connString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := bytes.Repeat([]byte("x"), perMsg)
+	for i := range queues {
+		q := fmt.Sprintf("idle-%d", i)
+		s, _ := client.NewSender(q, nil)
+		for range perQ {
+			if err := s.SendMessage(ctx, &azservicebus.Message{Body: msg}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, _ := client.NewReceiverForQueue(q, &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+		for got := 0; got < perQ; {
+			msgs, err := r.ReceiveMessages(ctx, perQ-got, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += len(msgs)
+		}
+		r.Close(ctx)
+		s.Close(ctx)
+	}
+	client.Close(ctx)
+
+	// The heap profile's text form collects first and ends with the
+	// runtime's memory statistics. The queues roll their tails once idle
+	// for a couple of seconds.
+	var heap uint64
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		text := getText(t, "http://"+p.http+"/debug/pprof/heap?gc=1&debug=1")
+		m := regexp.MustCompile(`(?m)^# HeapAlloc = (\d+)$`).FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("no HeapAlloc in the heap profile:\n%.2000s", text)
+		}
+		heap, _ = strconv.ParseUint(m[1], 10, 64)
+		if heap < settled/4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle, drained queues that took %d MiB hold a heap of %d MiB", queues, settled>>20, heap>>20)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("heap after: %.1f MiB", float64(heap)/(1<<20))
+}
+
+// TestKillAfterIdleRoll: a queue's log that rolled its tail while idle,
+// then took more messages into the new segment, survives a kill -9: every
+// acknowledged message comes back, in order, with its body.
+func TestKillAfterIdleRoll(t *testing.T) {
+	data := t.TempDir()
+	p := startWalbus(t, data, "--config", writeConfig(t, "roll", ""))
+	ctx := context.Background()
+	send := func(from, n int) {
+		t.Helper()
+		client, err := azservicebus.NewClientFromConnectionString(p.connString(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close(ctx)
+		s, _ := client.NewSender("roll", nil)
+		for i := from; i < from+n; i++ {
+			body := bytes.Repeat([]byte{byte('a' + i)}, 64<<10+i)
+			if err := s.SendMessage(ctx, &azservicebus.Message{Body: body}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send(0, 8) // 512 KiB: over the 256 KiB a tail needs to be rolled
+	logs, _ := filepath.Glob(filepath.Join(data, "*", "*", "log"))
+	rolled := func() bool {
+		for _, dir := range logs {
+			segs, _ := filepath.Glob(filepath.Join(dir, strings.Repeat("[0-9]", 20)))
+			if len(segs) >= 2 {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(20 * time.Second); !rolled(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log among %v began a new segment while idle", logs)
+		}
+	}
+	send(8, 8)
+	p.kill()
+	p.start()
+
+	client, err := azservicebus.NewClientFromConnectionString(p.connString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(ctx)
+	r, _ := client.NewReceiverForQueue("roll", nil)
+	for i := 0; i < 16; {
+		msgs, err := r.ReceiveMessages(ctx, 16-i, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if want := bytes.Repeat([]byte{byte('a' + i)}, 64<<10+i); !bytes.Equal(m.Body, want) {
+				t.Fatalf("message %d after the kill: %d bytes, not the %d sent", i, len(m.Body), len(want))
+			}
+			if err := r.CompleteMessage(ctx, m, nil); err != nil {
+				t.Fatal(err)
+			}
+			i++
+		}
 	}
 }

@@ -1,0 +1,234 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// waitSegments waits until l has n segments (a roll is done once the log
+// lists the new one) and returns them as the directory lists them.
+func waitSegments(t *testing.T, l *Log, n int) []uint64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(l.segs.list()) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d segments, want %d", len(l.segs.list()), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	segs, err := listSegments(l.Dir())
+	if err != nil || len(segs) != n {
+		t.Fatalf("the log lists %d segments, the directory %v (%v)", n, segs, err)
+	}
+	return segs
+}
+
+// TestIdleRoll: a log that goes idle with a tail of IdleRollBytes or more
+// closes it and begins an empty segment at the next index; records before
+// and after read back at the positions Append gave, a scan agrees, and a
+// reopened log carries on. A smaller tail is left alone.
+func TestIdleRoll(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentSize: 1 << 20, IdleRoll: 20 * time.Millisecond, IdleRollBytes: 16 << 10}
+	l, _ := openT(t, dir, opts)
+	rng := rand.New(rand.NewPCG(5, 6))
+	want := fill(t, l, 100, rng) // about 35 KB
+	last := l.LastIndex()
+	segs := waitSegments(t, l, 2)
+	if segs[1] != last+1 {
+		t.Fatalf("segments %v after index %d: the new one should start at %d", segs, last, last+1)
+	}
+	if fi, err := os.Stat(segmentPath(dir, segs[1])); err != nil || fi.Size() != 0 {
+		t.Fatalf("new segment: %v, %v", fi, err)
+	}
+	checkAll(t, l, want)
+
+	maps.Copy(want, fill(t, l, 10, rng)) // a few KB: under IdleRollBytes
+	time.Sleep(10 * opts.IdleRoll)
+	if segs, _ := listSegments(dir); len(segs) != 2 {
+		t.Fatalf("a tail under IdleRollBytes was rolled: segments %v", segs)
+	}
+	checkAll(t, l, want)
+	n := 0
+	err := l.Scan(1, func(e *Event) error {
+		if e.Pos != want[e.Index].Pos {
+			return fmt.Errorf("index %d: scan position %+v, append position %+v", e.Index, e.Pos, want[e.Index].Pos)
+		}
+		n++
+		return nil
+	})
+	if err != nil || n != len(want) {
+		t.Fatalf("scan: %d records, %v", n, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l, rep := openT(t, dir, opts)
+	defer l.Close()
+	if rep.FirstIndex != 1 || rep.LastIndex != uint64(len(want)) {
+		t.Fatalf("reopened %+v, want 1-%d", rep, len(want))
+	}
+	maps.Copy(want, fill(t, l, 10, rng))
+	checkAll(t, l, want)
+}
+
+// TestIdleRollFreesTheTail: the reason for rolling. tidwall holds the tail
+// segment in memory; a log written and left idle gives it back.
+func TestIdleRollFreesTheTail(t *testing.T) {
+	const size = 32 << 20
+	l, _ := openT(t, t.TempDir(), Options{SegmentSize: 256 << 20, IdleRoll: 50 * time.Millisecond})
+	defer l.Close()
+	evs := make([]Event, 32)
+	for i := range evs {
+		evs[i] = enq(size / len(evs))
+	}
+	appendWait(t, l, evs)
+	evs = nil
+	waitSegments(t, l, 2)
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	if m.HeapAlloc > size/2 {
+		t.Fatalf("after %d MiB written and the log idle, the heap holds %d MiB", size>>20, m.HeapAlloc>>20)
+	}
+}
+
+// TestIdleRollFailure: a roll that fails (here, by injection) fails the
+// log as a failed write does, and reopening finds every record.
+func TestIdleRollFailure(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{IdleRoll: 10 * time.Millisecond, IdleRollBytes: 1}
+	boom := errors.New("injected roll failure")
+	var mu sync.Mutex
+	failed := false
+	opts.Fault = func(op string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if op == "roll" {
+			failed = true
+			return boom
+		}
+		return nil
+	}
+	l, _ := openT(t, dir, opts)
+	rng := rand.New(rand.NewPCG(7, 8))
+	want := fill(t, l, 20, rng)
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := l.Err(); !errors.Is(err, boom) || !errors.Is(err, ErrFailed) {
+		t.Fatalf("log error after a failed roll: %v (roll tried: %v)", err, failed)
+	}
+	if _, err := l.Append([]Event{enq(1)}, nil); !errors.Is(err, ErrFailed) {
+		t.Fatalf("append after a failed roll: %v", err)
+	}
+	l.Close()
+
+	l, rep := openT(t, dir, Options{})
+	defer l.Close()
+	if rep.LastIndex != 20 {
+		t.Fatalf("reopened %+v, want 20 records", rep)
+	}
+	checkAll(t, l, want)
+}
+
+// TestIdleRollWithTruncation: rolls on the writer and front truncation on
+// another goroutine, as the broker's snapshots do it, over many bursts: the
+// records kept read back, and the log reopens whole.
+func TestIdleRollWithTruncation(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentSize: 8 << 10, IdleRoll: time.Millisecond, IdleRollBytes: 512}
+	l, _ := openT(t, dir, opts)
+	rng := rand.New(rand.NewPCG(9, 10))
+	want := map[uint64]Event{}
+	stop := make(chan struct{})
+	truncated := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				truncated <- nil
+				return
+			default:
+			}
+			if last := l.LastIndex(); last > 50 {
+				if _, err := l.TruncateFront(last - 50); err != nil {
+					truncated <- err
+					return
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	for range 60 {
+		maps.Copy(want, fill(t, l, 5+rng.IntN(20), rng))
+		time.Sleep(time.Duration(rng.IntN(4)) * time.Millisecond)
+	}
+	close(stop)
+	if err := <-truncated; err != nil {
+		t.Fatal(err)
+	}
+	first := l.FirstIndex()
+	maps.DeleteFunc(want, func(idx uint64, _ Event) bool { return idx <= first })
+	checkAll(t, l, want)
+	last := l.LastIndex()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, rep := openT(t, dir, opts)
+	defer l.Close()
+	if rep.FirstIndex != first || rep.LastIndex != last {
+		t.Fatalf("reopened %+v, want %d-%d", rep, first, last)
+	}
+	checkAll(t, l, want)
+	n := 0
+	if err := l.Scan(0, func(*Event) error { n++; return nil }); err != nil || n != int(last-first+1) {
+		t.Fatalf("scan: %d records, %v", n, err)
+	}
+}
+
+// TestOpenRollsALargeTail: tidwall reads the last segment whole when it
+// opens; a log that finds it IdleRollBytes or larger begins the next one at
+// once, so a restart of many queues does not hold every tail until they go
+// idle. A small tail is appended to as before.
+func TestOpenRollsALargeTail(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{IdleRoll: time.Hour, IdleRollBytes: 16 << 10}
+	l, _ := openT(t, dir, opts)
+	rng := rand.New(rand.NewPCG(11, 12))
+	want := fill(t, l, 10, rng) // a few KB
+	l.Close()
+
+	l, _ = openT(t, dir, opts)
+	if segs := l.segs.list(); len(segs) != 1 {
+		t.Fatalf("a small tail was rolled at open: %v", segs)
+	}
+	maps.Copy(want, fill(t, l, 100, rng)) // now over 16 KiB
+	last := l.LastIndex()
+	l.Close()
+
+	l, rep := openT(t, dir, opts)
+	defer l.Close()
+	segs, _ := listSegments(dir)
+	if len(segs) != 2 || segs[1] != last+1 || !slices.Equal(segs, l.segs.list()) {
+		t.Fatalf("after reopening a %d-record log: files %v, log %v; want a new segment at %d", last, segs, l.segs.list(), last+1)
+	}
+	if rep.FirstIndex != 1 || rep.LastIndex != last {
+		t.Fatalf("reopened %+v", rep)
+	}
+	maps.Copy(want, fill(t, l, 10, rng))
+	checkAll(t, l, want)
+	if segs, _ := listSegments(dir); len(segs) != 2 {
+		t.Fatalf("appends after the roll went elsewhere: %v", segs)
+	}
+}
