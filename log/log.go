@@ -66,7 +66,7 @@ type Options struct {
 	// queue, say) should not. Default 2s.
 	IdleRoll time.Duration
 	// IdleRollBytes is the smallest tail worth a segment of its own when
-	// the log goes idle. Default 256 KiB.
+	// the log goes idle, or is opened. Default 256 KiB.
 	IdleRollBytes int
 	// Repair cuts the log at damage found in its last segment instead of
 	// refusing to open it. Damage in older segments is found by Scan and is
@@ -147,7 +147,8 @@ type Log struct {
 	// wal is replaced when the writer rolls an idle tail (reopening
 	// tidwall is the only way to make it let go of the tail's buffer). The
 	// writer goroutine uses it freely; TruncateFront, which runs on
-	// others, holds walMu, and the roll holds it (and mu) to replace it.
+	// others, holds walMu and TruncateBack holds mu, and the roll holds
+	// both to replace it.
 	wal       *wal.Log
 	walMu     sync.Mutex
 	lastWrite time.Time // writer goroutine only: when it last wrote records
@@ -282,16 +283,10 @@ func Open(dir string, opts Options) (*Log, OpenReport, error) {
 	if tail >= int64(opts.IdleRollBytes) {
 		// tidwall has just read the last segment whole; a log that has
 		// just opened has no use for it in memory. Begin the next one.
-		if err := l.reopenAt(last + 1); err != nil {
-			w.Close()
-			return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
-		}
-		if err := SyncDir(dir); err != nil {
+		if err := l.beginSegment(last + 1); err != nil {
 			l.wal.Close()
 			return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
 		}
-		l.segs.add(last + 1)
-		l.tailFirst, l.tailSize, l.cycleNext = last+1, 0, false
 	}
 	l.first.Store(first)
 	l.written.Store(last)
@@ -611,9 +606,9 @@ func (l *Log) write(wb *wal.Batch, p *batch) (CommitStats, error) {
 // pending batch's buffers. The writer calls it when the log has been idle
 // for IdleRoll; a tail under IdleRollBytes stays where it is. It reports
 // true when the log was busy (records queued or not yet durable, a
-// TruncateFront under way) and the caller should try again later. A
-// failure fails the log, as a failed write does: every record stays where
-// it was.
+// TruncateFront under way) and the caller should try again later. A roll
+// that cannot create its file (a full disk) leaves the log as it was; one
+// that fails after that fails the log, as a failed write does.
 func (l *Log) rollIdle() (retry bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -627,50 +622,72 @@ func (l *Log) rollIdle() (retry bool) {
 		return true
 	}
 	defer l.walMu.Unlock()
-	next := l.next
+	if l.cycleNext && exists(segmentPath(l.dir, l.next)) {
+		// A record filled the tail and tidwall has begun the next segment
+		// already (the next write records it); it keeps the full one in
+		// its cache.
+		if err := l.wal.ClearCache(); err != nil {
+			l.err = &failedError{err: err}
+			l.space.Broadcast()
+		}
+		return false
+	}
+	if err := l.beginSegment(l.next); err != nil {
+		l.err = &failedError{err: err}
+		l.space.Broadcast()
+	}
+	return false
+}
+
+// beginSegment makes next, the index the next record gets, the first of a
+// new, empty tail segment: it creates the file, makes its name durable, and
+// reopens tidwall, which takes it as its tail and lets go of the old one.
+// When the file cannot be created or its name made durable (a full disk,
+// say), nothing changes. An error means the log can no longer be trusted.
+// Callers hold mu and walMu, or own the log alone.
+func (l *Log) beginSegment(next uint64) error {
+	path := segmentPath(l.dir, next)
+	created := false
 	err := l.fault("roll")
 	if err == nil {
-		if l.cycleNext && exists(segmentPath(l.dir, next)) {
-			// A record filled the tail and tidwall has begun the next
-			// segment already; it keeps the full one in its cache.
-			err = l.wal.ClearCache()
-		} else {
-			err = l.reopenAt(next)
+		var f *os.File
+		if f, err = os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640); err == nil {
+			created = true
+			err = f.Close()
 		}
+	}
+	if err == nil {
+		err = l.fault("roll-dir")
 	}
 	if err == nil {
 		err = SyncDir(l.dir)
 	}
 	if err != nil {
-		l.err = &failedError{err: fmt.Errorf("begin segment %s: %w", SegmentName(next), err)}
-		l.space.Broadcast()
-		return false
+		if !created {
+			return nil
+		}
+		// A crash must not find the empty file after a tail that went on
+		// taking records: its removal has to be durable, or the log fails.
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("remove unused segment %s: %w", SegmentName(next), err)
+		}
+		if err := SyncDir(l.dir); err != nil {
+			return fmt.Errorf("remove unused segment %s: %w", SegmentName(next), err)
+		}
+		return nil
 	}
+	if err := l.wal.Close(); err != nil { // fsyncs the old tail
+		return fmt.Errorf("close segment before %s: %w", SegmentName(next), err)
+	}
+	w, err := wal.Open(l.dir, tidwallOptions(l.opts))
+	if err != nil {
+		return fmt.Errorf("reopen at segment %s: %w", SegmentName(next), err)
+	}
+	l.wal = w
 	// What tidwall's own cycle does, done now: the next record starts the
 	// new segment.
 	l.segs.add(next)
 	l.tailFirst, l.tailSize, l.cycleNext = next, 0, false
-	return false
-}
-
-// reopenAt closes tidwall, creates the empty segment next and opens
-// tidwall again, which takes that segment as its tail.
-func (l *Log) reopenAt(next uint64) error {
-	if err := l.wal.Close(); err != nil { // fsyncs the tail
-		return err
-	}
-	f, err := os.OpenFile(segmentPath(l.dir, next), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
-	if err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	w, err := wal.Open(l.dir, tidwallOptions(l.opts))
-	if err != nil {
-		return err
-	}
-	l.wal = w
 	return nil
 }
 
