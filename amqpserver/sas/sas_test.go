@@ -186,6 +186,16 @@ func TestFieldOrderAndPrefixVariants(t *testing.T) {
 	if _, _, err := Verify(lenient, keys, beforeExpiry); err != nil {
 		t.Errorf("lenient form: %v", err)
 	}
+	// Only ASCII whitespace pads a token: the Go SDK writes skn verbatim,
+	// so a key name may end in a Unicode space (a fuzz find: U+2028 was
+	// trimmed off and the key name came out empty).
+	for _, name := range []string{"k\u2028", "\u00a0", "k\u0085"} {
+		key := Key{Name: name, Value: "v"}
+		tok, _, err := Verify(Sign("sb://h/q", key, time.Unix(1900000000, 0), GoStyle), mustKeys(t, key), beforeExpiry)
+		if err != nil || tok.KeyName != name {
+			t.Errorf("key name %q: verified as %q, %v", name, tok.KeyName, err)
+		}
+	}
 	// A '+' left unescaped in sig is kept as '+', not read as a space.
 	key := Key{Name: "k", Value: "v"}
 	for se := int64(1900000000); ; se++ {

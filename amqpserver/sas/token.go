@@ -74,7 +74,9 @@ var fieldNames = [numFields]string{"sr", "sig", "se", "skn"}
 // because base64 uses '+' and never contains a space. se must be plain decimal
 // digits.
 func Parse(s string) (Token, error) {
-	s = strings.TrimSpace(s)
+	// Only ASCII whitespace: the Go SDK writes skn verbatim, and a key
+	// name may end in any other character.
+	s = strings.Trim(s, asciiSpace)
 	if len(s) >= len(tokenPrefix) && asciiEqualFold(s[:len(tokenPrefix)], tokenPrefix) &&
 		(len(s) == len(tokenPrefix) || isSpace(s[len(tokenPrefix)])) {
 		s = strings.TrimLeft(s[len(tokenPrefix):], " \t")
@@ -82,7 +84,7 @@ func Parse(s string) (Token, error) {
 	if s == "" {
 		return Token{}, malformed("empty token")
 	}
-	if strings.ContainsAny(s, " \t\n\r\v\f") {
+	if strings.ContainsAny(s, asciiSpace) {
 		return Token{}, malformed("whitespace inside the token")
 	}
 
@@ -192,6 +194,9 @@ func fieldIndex(name string) int {
 	}
 	return -1
 }
+
+// asciiSpace is the whitespace a token may be padded with.
+const asciiSpace = " \t\n\r\v\f"
 
 func isSpace(c byte) bool {
 	switch c {
