@@ -2,7 +2,6 @@ package log
 
 import (
 	"errors"
-	"fmt"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -57,17 +56,7 @@ func TestIdleRoll(t *testing.T) {
 		t.Fatalf("a tail under IdleRollBytes was rolled: segments %v", segs)
 	}
 	checkAll(t, l, want)
-	n := 0
-	err := l.Scan(1, func(e *Event) error {
-		if e.Pos != want[e.Index].Pos {
-			return fmt.Errorf("index %d: scan position %+v, append position %+v", e.Index, e.Pos, want[e.Index].Pos)
-		}
-		n++
-		return nil
-	})
-	if err != nil || n != len(want) {
-		t.Fatalf("scan: %d records, %v", n, err)
-	}
+	checkScan(t, l, want)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}

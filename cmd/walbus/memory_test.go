@@ -52,18 +52,25 @@ func TestLargeMessagesLeaveNoMemoryBehind(t *testing.T) {
 	}
 	client.Close(ctx)
 
-	// The heap profile's text form collects first and ends with the
-	// runtime's memory statistics.
+	heap := heapAfterGC(t, p)
+	if heap >= size {
+		t.Fatalf("after completing two %d MiB messages the heap holds %d MiB", size>>20, heap>>20)
+	}
+	t.Logf("heap after: %.1f MiB", float64(heap)/(1<<20))
+}
+
+// heapAfterGC is the heap a walbus serve --pprof holds after a collection:
+// the heap profile's text form collects first and ends with the runtime's
+// memory statistics.
+func heapAfterGC(t *testing.T, p *proc) uint64 {
+	t.Helper()
 	text := getText(t, "http://"+p.http+"/debug/pprof/heap?gc=1&debug=1")
 	m := regexp.MustCompile(`(?m)^# HeapAlloc = (\d+)$`).FindStringSubmatch(text)
 	if m == nil {
 		t.Fatalf("no HeapAlloc in the heap profile:\n%.2000s", text)
 	}
 	heap, _ := strconv.ParseUint(m[1], 10, 64)
-	if heap >= size {
-		t.Fatalf("after completing two %d MiB messages the heap holds %d MiB", size>>20, heap>>20)
-	}
-	t.Logf("heap after: %.1f MiB", float64(heap)/(1<<20))
+	return heap
 }
 
 // TestQueueAboveMaxMessageSizeWarns: a queue configured for larger
@@ -152,17 +159,10 @@ func TestIdleQueuesHoldNoLogTail(t *testing.T) {
 	}
 	client.Close(ctx)
 
-	// The heap profile's text form collects first and ends with the
-	// runtime's memory statistics. The queues roll their tails once idle
-	// for a couple of seconds.
+	// The queues roll their tails once idle for a couple of seconds.
 	var heap uint64
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		text := getText(t, "http://"+p.http+"/debug/pprof/heap?gc=1&debug=1")
-		m := regexp.MustCompile(`(?m)^# HeapAlloc = (\d+)$`).FindStringSubmatch(text)
-		if m == nil {
-			t.Fatalf("no HeapAlloc in the heap profile:\n%.2000s", text)
-		}
-		heap, _ = strconv.ParseUint(m[1], 10, 64)
+		heap = heapAfterGC(t, p)
 		if heap < settled/4 {
 			break
 		}
