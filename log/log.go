@@ -185,6 +185,7 @@ type batch struct {
 	first   uint64
 	last    uint64
 	cycled  bool // a new segment file begins inside this batch
+	filled  bool // a record in it fills the tail, which tidwall closes after writing it
 	urgent  bool // something in it was appended with Append, not AppendLazy
 	waiters []waiter
 }
@@ -207,8 +208,11 @@ func (b *batch) reset() {
 	// connection, say): clear them, not just the length.
 	clear(b.waiters)
 	b.buf, b.sizes, b.waiters = b.buf[:0], b.sizes[:0], b.waiters[:0]
-	b.first, b.last, b.cycled, b.urgent = 0, 0, false, false
+	b.first, b.last, b.cycled, b.filled, b.urgent = 0, 0, false, false, false
 }
+
+// empty reports whether b holds neither records nor waiters.
+func (b *batch) empty() bool { return len(b.sizes) == 0 && len(b.waiters) == 0 }
 
 // release empties b and lets its buffers go.
 func (b *batch) release() {
@@ -421,7 +425,7 @@ func (l *Log) place(p *batch, index uint64, size int) Position {
 	pos := Position{Offset: uint32(l.tailSize) + uint32(prefix), Size: uint32(size)}
 	l.tailSize += int64(prefix + size)
 	if l.tailSize >= int64(l.opts.SegmentSize) {
-		l.cycleNext = true
+		l.cycleNext, p.filled = true, true
 	}
 	return pos
 }
@@ -449,7 +453,7 @@ func (l *Log) run() {
 	for {
 		l.mu.Lock()
 		p, closing, failed := l.pend, l.closed, l.err != nil
-		pending := len(p.sizes) > 0 || len(p.waiters) > 0
+		pending := !p.empty()
 		// With SyncAlways, lazy records alone stay queued until an
 		// ordinary append carries them, the timer runs out, or they fill a
 		// batch: then they cost neither a write nor an fsync of their own.
@@ -590,10 +594,14 @@ func (l *Log) write(wb *wal.Batch, p *batch) (CommitStats, error) {
 	l.bytes.Add(int64(len(p.buf) + prefixes))
 	if p.cycled {
 		// tidwall fsyncs the segment it closes but not the directory that
-		// gained a file; and it keeps the closed segment cached in memory.
+		// gained a file.
 		if err := SyncDir(l.dir); err != nil {
 			return stats, fmt.Errorf("sync directory after new segment: %w", err)
 		}
+	}
+	if p.cycled || p.filled {
+		// tidwall keeps the segment it closed cached in memory, whether it
+		// closed it before this batch's records or after the last of them.
 		l.wal.ClearCache()
 	}
 	l.written.Store(p.last)
@@ -612,29 +620,24 @@ func (l *Log) write(wb *wal.Batch, p *batch) (CommitStats, error) {
 func (l *Log) rollIdle() (retry bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.pend.sizes) == 0 && len(l.pend.waiters) == 0 {
+	if l.pend.empty() {
 		l.pend.release()
 	}
 	if l.closed || l.err != nil || l.tailSize < int64(l.opts.IdleRollBytes) {
 		return false
 	}
-	if len(l.pend.sizes) > 0 || len(l.pend.waiters) > 0 || l.durable.Load() != l.written.Load() || !l.walMu.TryLock() {
+	if !l.pend.empty() || l.durable.Load() != l.written.Load() || !l.walMu.TryLock() {
 		return true
 	}
 	defer l.walMu.Unlock()
 	if l.cycleNext && exists(segmentPath(l.dir, l.next)) {
-		// A record filled the tail and tidwall has begun the next segment
-		// already (the next write records it); it keeps the full one in
-		// its cache.
-		if err := l.wal.ClearCache(); err != nil {
-			l.err = &failedError{err: err}
-			l.space.Broadcast()
-		}
+		// A record filled the tail: tidwall has begun the next segment
+		// already (the next write records it) and write dropped the full
+		// one from its cache. Nothing is held.
 		return false
 	}
 	if err := l.beginSegment(l.next); err != nil {
-		l.err = &failedError{err: err}
-		l.space.Broadcast()
+		l.failLocked(err)
 	}
 	return false
 }
@@ -739,11 +742,16 @@ func (l *Log) release(ws []waiter, err error) {
 // fail makes err the log's sticky error.
 func (l *Log) fail(err error) {
 	l.mu.Lock()
+	l.failLocked(err)
+	l.mu.Unlock()
+}
+
+// failLocked is fail for a caller that holds mu.
+func (l *Log) failLocked(err error) {
 	if l.err == nil {
 		l.err = &failedError{err: err}
 	}
 	l.space.Broadcast()
-	l.mu.Unlock()
 }
 
 // ReadAt reads the record with the given index from its position (as given

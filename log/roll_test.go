@@ -83,11 +83,35 @@ func TestIdleRollFreesTheTail(t *testing.T) {
 	appendWait(t, l, evs)
 	evs = nil
 	waitSegments(t, l, 2)
+	if heap := heapAfterGC(); heap > size/2 {
+		t.Fatalf("after %d MiB written and the log idle, the heap holds %d MiB", size>>20, heap>>20)
+	}
+}
+
+// heapAfterGC is this process's heap after a collection.
+func heapAfterGC() uint64 {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	if m.HeapAlloc > size/2 {
-		t.Fatalf("after %d MiB written and the log idle, the heap holds %d MiB", size>>20, m.HeapAlloc>>20)
+	return m.HeapAlloc
+}
+
+// TestFilledSegmentLeavesNoCache: a batch whose last record fills the
+// tail makes tidwall close it and begin the next one; the log drops the
+// closed one from tidwall's cache at once, not when the next record comes
+// or the log goes idle.
+func TestFilledSegmentLeavesNoCache(t *testing.T) {
+	const size = 16 << 20
+	l, _ := openT(t, t.TempDir(), Options{SegmentSize: size, IdleRoll: time.Hour})
+	defer l.Close()
+	for range 2 * size >> 20 {
+		appendWait(t, l, []Event{enq(1 << 20)})
+	}
+	if segs, _ := listSegments(l.Dir()); len(segs) != 3 {
+		t.Fatalf("segments %v: want two full ones and an empty tail", segs)
+	}
+	if heap := heapAfterGC(); heap > size/2 {
+		t.Fatalf("after two %d MiB segments filled, the heap holds %d MiB", size>>20, heap>>20)
 	}
 }
 

@@ -26,10 +26,7 @@ func TestCompactCommand(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeConfig(t, "q", `"LockDuration": "PT1M"`)
 	p := startWalbus(t, dir, "--config", cfg, "--segment-size", "64KiB")
-	client, err := azservicebus.NewClientFromConnectionString(p.connString(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := p.sdkClient()
 	sender, _ := client.NewSender("q", nil)
 	receiver, _ := client.NewReceiverForQueue("q", nil)
 	keep := &azservicebus.Message{MessageID: to.Ptr("keep"), Body: []byte("the deferred one"),
@@ -103,10 +100,7 @@ func TestCompactCommand(t *testing.T) {
 	}
 
 	p.start()
-	client, err = azservicebus.NewClientFromConnectionString(p.connString(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client = p.sdkClient()
 	defer client.Close(ctx)
 	receiver, _ = client.NewReceiverForQueue("q", nil)
 	msgs, err := receiver.ReceiveDeferredMessages(ctx, []int64{seq}, nil)

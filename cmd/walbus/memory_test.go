@@ -26,10 +26,7 @@ func TestLargeMessagesLeaveNoMemoryBehind(t *testing.T) {
 	cfg := writeConfig(t, "big", `"MaxMessageSizeInKilobytes": 65536`)
 	p := startWalbus(t, t.TempDir(), "--config", cfg, "--max-message-size", "64MiB", "--pprof")
 	ctx := context.Background()
-	client, err := azservicebus.NewClientFromConnectionString(p.connString(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := p.sdkClient()
 	s, _ := client.NewSender("big", nil)
 	bodies := [][]byte{bytes.Repeat([]byte("a"), size), bytes.Repeat([]byte("b"), size-1)}
 	for _, body := range bodies {
@@ -85,13 +82,10 @@ func TestQueueAboveMaxMessageSizeWarns(t *testing.T) {
 	if logs := p.logs(); !strings.Contains(logs, warning) || !strings.Contains(logs, named) {
 		t.Fatalf("no warning for a 2 MiB queue under the default 1 MiB limit:\n%s", logs)
 	}
-	client, err := azservicebus.NewClientFromConnectionString(p.connString(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := p.sdkClient()
 	defer client.Close(context.Background())
 	s, _ := client.NewSender("big", nil)
-	err = s.SendMessage(context.Background(), &azservicebus.Message{Body: make([]byte, 1<<20+1)}, nil)
+	err := s.SendMessage(context.Background(), &azservicebus.Message{Body: make([]byte, 1<<20+1)}, nil)
 	if !errors.Is(err, azservicebus.ErrMessageTooLarge) {
 		t.Fatalf("a message over the server's limit: %v", err)
 	}
@@ -133,10 +127,7 @@ func TestIdleQueuesHoldNoLogTail(t *testing.T) {
 	}
 	p := startWalbus(t, t.TempDir(), "--config", cfg, "--pprof")
 	ctx := context.Background()
-	client, err := azservicebus.NewClientFromConnectionString(p.connString(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := p.sdkClient()
 	msg := bytes.Repeat([]byte("x"), perMsg)
 	for i := range queues {
 		q := fmt.Sprintf("idle-%d", i)
@@ -183,10 +174,7 @@ func TestKillAfterIdleRoll(t *testing.T) {
 	ctx := context.Background()
 	send := func(from, n int) {
 		t.Helper()
-		client, err := azservicebus.NewClientFromConnectionString(p.connString(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		client := p.sdkClient()
 		defer client.Close(ctx)
 		s, _ := client.NewSender("roll", nil)
 		for i := from; i < from+n; i++ {
@@ -216,10 +204,7 @@ func TestKillAfterIdleRoll(t *testing.T) {
 	p.kill()
 	p.start()
 
-	client, err := azservicebus.NewClientFromConnectionString(p.connString(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := p.sdkClient()
 	defer client.Close(ctx)
 	r, _ := client.NewReceiverForQueue("roll", nil)
 	for i := 0; i < 16; {

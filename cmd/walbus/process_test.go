@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
 // walbusBin is the walbus binary the process tests run, built once.
@@ -202,6 +204,17 @@ func (p *proc) signal(sig os.Signal) int {
 
 func (p *proc) connString() string {
 	return fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true", p.amqp)
+}
+
+// sdkClient is a Go SDK client of the root key for p, with default
+// options; callers close it.
+func (p *proc) sdkClient() *azservicebus.Client {
+	p.t.Helper()
+	client, err := azservicebus.NewClientFromConnectionString(p.connString(), nil)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return client
 }
 
 type writerFunc func([]byte) (int, error)
