@@ -42,6 +42,12 @@ type Options struct {
 	// log since the last one, whichever comes first.
 	SnapshotEvery int
 	SnapshotBytes int64
+	// IdleCheckpoint is how long an entity goes without an event before it
+	// looks at its log: if segments there are kept only for the older of
+	// its two snapshots, it writes two checkpoints, each followed by a
+	// snapshot, and the log is cut to what its state still needs. Default
+	// 10 s; negative: never.
+	IdleCheckpoint time.Duration
 	// CacheBytes is each entity's budget for message records kept in memory
 	// (default 8 MiB): messages delivered soon after they were sent are
 	// served from it, older ones are read from the log.
@@ -80,6 +86,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SnapshotBytes <= 0 {
 		o.SnapshotBytes = 256 << 20
+	}
+	if o.IdleCheckpoint == 0 {
+		o.IdleCheckpoint = 10 * time.Second
 	}
 	if o.CacheBytes <= 0 {
 		o.CacheBytes = 8 << 20

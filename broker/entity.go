@@ -51,6 +51,7 @@ type Entity struct {
 	syncs     []chan error // Sync calls waiting for the end of the batch
 
 	snap     snapshotState
+	idle     idleState
 	stats    stats
 	fwd      forwardState
 	archives []*log.Archive // records compaction moved out of the log, newest first
@@ -70,6 +71,14 @@ type snapshotState struct {
 	bytesAt   int64  // log size at the last snapshot
 	running   bool
 	after     []func() // to run on the actor when the running one ends
+}
+
+// idleState drives the idle checkpoint (Options.IdleCheckpoint).
+type idleState struct {
+	timer   *time.Timer // armed by settleDown; nil once its check has run
+	armedAt uint64      // the entity's last index when the timer was armed
+	doneAt  uint64      // its last index after the last check: nothing to do until it moves
+	busy    bool        // checkpoints and their snapshots under way
 }
 
 // ErrClosed is returned by operations on a closed or deleted entity.
@@ -122,6 +131,7 @@ func (e *Entity) start() {
 
 func (e *Entity) run() {
 	defer close(e.done)
+	e.armIdle() // a log recovered as it was left may hold what is no longer needed
 	for {
 		select {
 		case f := <-e.reqs:
@@ -161,6 +171,7 @@ func (e *Entity) settleDown() {
 		e.forward()
 		e.armTimer()
 		e.maybeSnapshot()
+		e.armIdle()
 	}
 	for _, ch := range e.syncs {
 		if e.failed != nil {
@@ -443,6 +454,65 @@ func (e *Entity) startSnapshot(then func(error)) {
 	}()
 }
 
+// armIdle starts the idle timer when the entity has had events since its
+// last idle check. The timer is armed at most once per IdleCheckpoint,
+// however busy the entity is: the check itself tells whether anything
+// happened meanwhile.
+func (e *Entity) armIdle() {
+	last := e.st.LastIndex()
+	if e.b.opts.IdleCheckpoint < 0 || e.idle.timer != nil || e.idle.busy || last == e.idle.doneAt {
+		return
+	}
+	e.idle.armedAt = last
+	e.idle.timer = time.AfterFunc(e.b.opts.IdleCheckpoint, func() {
+		e.post(func(e *Entity) {
+			e.idle.timer = nil
+			e.idleCheck()
+		})
+	})
+}
+
+// idleCheck runs when the idle timer fires. If the entity had no event
+// since it was armed and its log holds segments its state no longer needs
+// (kept only because its older snapshot predates them), it checkpoints
+// twice, each time with a snapshot: the second snapshot's truncation then
+// cuts the log to what the state needs. An idle entity that has drained a
+// large backlog so gives its disk back instead of keeping up to two
+// snapshot intervals of log until its next burst. Otherwise settleDown
+// arms the timer again, or (nothing moved) leaves it until something does.
+func (e *Entity) idleCheck() {
+	last := e.st.LastIndex()
+	if last != e.idle.armedAt || e.snap.running {
+		return // not idle throughout, or busy: look again later
+	}
+	e.idle.doneAt = last
+	if e.failed != nil || e.log.Reclaimable(e.st.FirstNeededFrom(e.archivedThrough()+1)) == 0 {
+		return
+	}
+	e.idle.busy = true
+	e.checkpoint(2)
+}
+
+// checkpoint writes a Checkpoint event and snapshots the state after it,
+// rounds times in a row. Once done, the idle timer waits for an event after
+// the last checkpoint.
+func (e *Entity) checkpoint(rounds int) {
+	if rounds > 0 {
+		evs, err := e.decide(projection.Checkpoint{})
+		if err == nil && e.commit(evs, nil) == nil {
+			e.idle.doneAt = evs[0].Index
+			e.startSnapshot(func(err error) {
+				if err != nil {
+					rounds = 1 // stop here; the snapshot goroutine said why
+				}
+				e.checkpoint(rounds - 1)
+			})
+			return
+		}
+	}
+	e.idle.busy = false
+}
+
 // keepSnapshots is how many snapshots an entity keeps. The log is kept back
 // to the oldest of them, so one damaged snapshot never makes the entity
 // unrecoverable.
@@ -501,6 +571,9 @@ func (e *Entity) finalSnapshot(done chan<- error) {
 func (e *Entity) stop() {
 	if e.timer != nil {
 		e.timer.Stop()
+	}
+	if e.idle.timer != nil {
+		e.idle.timer.Stop()
 	}
 	for r := range e.receivers {
 		r.fail(ErrClosed)

@@ -83,6 +83,8 @@ var layouts = map[Type][]field{
 	SessionLockRenewed: {fQueue, fSessionID, fUntil},
 	SessionUnlocked:    {fQueue, fSessionID},
 	SessionStateSet:    {fQueue, fSessionID, fState},
+
+	Checkpoint: {},
 }
 
 // AppendRecord appends the envelope of e (with its payload and CRC) to dst.

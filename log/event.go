@@ -47,6 +47,12 @@ const (
 	SessionLockRenewed Type = 41
 	SessionUnlocked    Type = 42 // the session's receiver let it go, or its lock ran out
 	SessionStateSet    Type = 43 // the session's opaque state blob was replaced
+
+	// Checkpoint: nothing happened. An idle entity writes it so that a
+	// snapshot can be taken at an index past its last event, which lets
+	// the log before it go (two snapshots are kept, and the log is kept
+	// back to the older one). It carries only its time.
+	Checkpoint Type = 50
 )
 
 // Queue numbers inside an entity log. A queue's own messages are in queue 0 and
@@ -113,6 +119,7 @@ var typeNames = map[Type]string{
 	DeadLettered: "dead-lettered", Expired: "expired", ReceivedAndDeleted: "received-and-deleted",
 	SessionLocked: "session-locked", SessionLockRenewed: "session-lock-renewed",
 	SessionUnlocked: "session-unlocked", SessionStateSet: "session-state-set",
+	Checkpoint: "checkpoint",
 }
 
 func (t Type) String() string {

@@ -806,26 +806,11 @@ func (l *Log) TruncateFront(upTo uint64) (uint64, error) {
 	l.walMu.Lock()
 	defer l.walMu.Unlock()
 	segs := l.segs.list()
-	limit := min(upTo, l.written.Load())
-	k := -1
-	for i, s := range segs {
-		if s <= limit {
-			k = i
-		}
-	}
+	k, keep := frontCut(segs, min(upTo, l.written.Load()), l.first.Load())
 	if k < 1 {
 		return l.first.Load(), nil
 	}
-	keep := segs[k] - 1
-	if keep <= l.first.Load() {
-		return l.first.Load(), nil
-	}
-	var removed int64
-	for _, s := range segs[:k] {
-		if fi, err := os.Stat(segmentPath(l.dir, s)); err == nil {
-			removed += fi.Size()
-		}
-	}
+	removed := l.sizeOf(segs[:k])
 	if err := l.wal.TruncateFront(keep); err != nil {
 		err = fmt.Errorf("truncate front to %d: %w", keep, err)
 		l.fail(err)
@@ -838,6 +823,50 @@ func (l *Log) TruncateFront(upTo uint64) (uint64, error) {
 	l.bytes.Add(-removed)
 	l.first.Store(keep)
 	return keep, SyncDir(l.dir)
+}
+
+// frontCut plans TruncateFront: k is the segment that will begin the log
+// once the ones before it are gone, keep the index the log will start at
+// (the last record of segment k-1). k < 1 means there is nothing to drop.
+func frontCut(segs []uint64, limit, first uint64) (k int, keep uint64) {
+	k = -1
+	for i, s := range segs {
+		if s <= limit {
+			k = i
+		}
+	}
+	if k < 1 || segs[k]-1 <= first {
+		return -1, first
+	}
+	return k, segs[k] - 1
+}
+
+// sizeOf is the bytes on disk of the given segments.
+func (l *Log) sizeOf(segs []uint64) int64 {
+	var n int64
+	for _, s := range segs {
+		if fi, err := os.Stat(segmentPath(l.dir, s)); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// Reclaimable is about how many bytes TruncateFront(upTo) would free once
+// the log is written up to upTo (the index the next record gets at most):
+// the segments it would drop, or 0 when it would drop nothing. It lets an
+// idle owner decide whether checkpointing so that it can truncate is worth
+// doing.
+func (l *Log) Reclaimable(upTo uint64) int64 {
+	l.mu.Lock()
+	next := l.next
+	l.mu.Unlock()
+	segs := l.segs.list()
+	k, _ := frontCut(segs, min(upTo, next), l.first.Load())
+	if k < 1 {
+		return 0
+	}
+	return l.sizeOf(segs[:k])
 }
 
 // TruncateBack drops every record after index: the operator's repair for

@@ -329,6 +329,44 @@ func TestTruncateFront(t *testing.T) {
 	}
 }
 
+// Reclaimable says what TruncateFront would free: nothing where it would
+// drop nothing, and otherwise the segments it drops (the last of which it
+// rewrites to one record), counting a record not yet written at the next
+// index as if it were.
+func TestReclaimable(t *testing.T) {
+	l, _ := openT(t, t.TempDir(), Options{SegmentSize: 2048})
+	defer l.Close()
+	rng := rand.New(rand.NewPCG(5, 6))
+	fill(t, l, 200, rng)
+	segs := l.segs.list()
+	if got := l.Reclaimable(segs[1] - 1); got != 0 {
+		t.Fatalf("Reclaimable inside the first segment = %d, want 0", got)
+	}
+	for _, upTo := range []uint64{segs[1], segs[2], 150, 201} {
+		upTo := max(upTo, l.FirstIndex())
+		got, before := l.Reclaimable(upTo), l.Bytes()
+		if got == 0 {
+			t.Fatalf("Reclaimable(%d) = 0 with segments %v", upTo, l.segs.list())
+		}
+		if upTo > 200 {
+			fill(t, l, 1, rng) // the record Reclaimable counted on
+		}
+		if _, err := l.TruncateFront(upTo); err != nil {
+			t.Fatal(err)
+		}
+		freed := before - l.Bytes()
+		if freed <= 0 || freed > got || got-freed > 1024 {
+			t.Fatalf("Reclaimable(%d) = %d, TruncateFront freed %d", upTo, got, freed)
+		}
+		if again := l.Reclaimable(upTo); again != 0 {
+			t.Fatalf("Reclaimable(%d) after the cut = %d, want 0", upTo, again)
+		}
+	}
+	if got := l.Reclaimable(1000); got != 0 {
+		t.Fatalf("Reclaimable past the end with only the tail and one record before it = %d", got)
+	}
+}
+
 func TestAppendAfterCloseFails(t *testing.T) {
 	l, _ := openT(t, t.TempDir(), Options{})
 	l.Close()

@@ -18,8 +18,11 @@ func (e *Entity) Apply(ev *log.Event) error {
 		return fmt.Errorf("event %d (%s) applied after %d", ev.Index, ev.Type, e.last)
 	}
 	e.last, e.lastTime = ev.Index, ev.Time
-	if ev.Type == log.EntityCreated || ev.Type == log.EntityUpdated {
+	switch ev.Type {
+	case log.EntityCreated, log.EntityUpdated:
 		return e.applyConfig(ev)
+	case log.Checkpoint:
+		return nil
 	}
 	q := e.Queue(ev.Queue)
 	if q == nil {

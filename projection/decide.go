@@ -138,6 +138,10 @@ type Renew struct {
 // session lock expiry. (Activation needs the log: see DueScheduled.)
 type Tick struct{}
 
+// Checkpoint records that nothing happened (log.Checkpoint), so that a
+// snapshot of an idle entity can be taken at a new index.
+type Checkpoint struct{}
+
 // AcceptSession locks session SessionID, or with an empty SessionID the free
 // session whose oldest message has waited longest.
 type AcceptSession struct {
@@ -179,6 +183,7 @@ func (LockBySeq) isCommand()        {}
 func (Settle) isCommand()           {}
 func (Renew) isCommand()            {}
 func (Tick) isCommand()             {}
+func (Checkpoint) isCommand()       {}
 func (AcceptSession) isCommand()    {}
 func (RenewSession) isCommand()     {}
 func (ReleaseSession) isCommand()   {}
@@ -217,6 +222,8 @@ func (e *Entity) Decide(cmd Command, now int64) ([]log.Event, error) {
 		err = d.renew(c)
 	case Tick:
 		d.tick()
+	case Checkpoint:
+		d.emit(log.Event{Type: log.Checkpoint})
 	case AcceptSession:
 		err = d.acceptSession(c)
 	case RenewSession:

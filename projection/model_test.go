@@ -219,6 +219,8 @@ func (d *mDecision) run(cmd Command) error {
 			return ErrNotAllowed
 		}
 		d.emit(log.Event{Type: log.LockRenewed, Queue: c.Queue, Seq: msg.seq, Until: d.now + int64(m.cfg.LockDuration)})
+	case Checkpoint:
+		d.emit(log.Event{Type: log.Checkpoint})
 	case Tick:
 		for _, no := range []uint32{log.MainQueue, log.DeadLetterQueue} {
 			ended := map[string]bool{}
@@ -745,6 +747,9 @@ func (h *history) step() {
 		h.run(Renew{Queue: q, Token: token})
 	case 11, 12:
 		h.now += []int64{0, 1, 10, 31, 61, 200}[r.IntN(6)] * int64(time.Second)
+		if r.IntN(4) == 0 {
+			h.run(Checkpoint{}) // an idle entity's: changes nothing
+		}
 		h.run(Tick{})
 		for _, seq := range h.e.DueScheduled(0, h.now) {
 			h.run(Activate{Queue: 0, Seq: seq, Record: h.records[seq]})

@@ -136,6 +136,10 @@ func isNamespaceType(t log.Type) bool {
 	return t == log.EntityCreated || t == log.EntityUpdated || t == log.EntityDeleted
 }
 
+// hasQueue says whether events of type t are about one of the entity's
+// queues.
+func hasQueue(t log.Type) bool { return !isNamespaceType(t) && t != log.Checkpoint }
+
 func hasMessage(t log.Type) bool {
 	return t == log.Enqueued || t == log.Scheduled || t == log.Activated || t == log.Forwarded
 }
@@ -150,7 +154,7 @@ func eventRecord(ev *log.Event, c eventContext) EventRecord {
 		Continued: ev.Flags&log.FlagContinued != 0, Seq: seqOf(ev),
 		MessageID: ev.MessageID, SessionID: ev.SessionID, Receiver: ev.Receiver,
 		Reason: ev.Reason, Description: ev.Description, Name: ev.Name}
-	if !isNamespaceType(ev.Type) {
+	if hasQueue(ev.Type) {
 		r.Queue = QueueName(ev.Queue)
 	}
 	if c.deliveries >= 0 && r.Seq != 0 {
@@ -315,7 +319,7 @@ const textHeader = "INDEX     TIME                      TYPE                  QU
 
 func textLine(ev *log.Event, c eventContext) string {
 	queue, seq := "-", "-"
-	if !isNamespaceType(ev.Type) {
+	if hasQueue(ev.Type) {
 		queue = QueueName(ev.Queue)
 	}
 	if s := seqOf(ev); s != 0 {

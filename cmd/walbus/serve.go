@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,7 +43,7 @@ type serveOptions struct {
 	segmentSize, cacheSize                                       int
 	procs                                                        int // 0: the runtime's default
 	authTimeout                                                  time.Duration
-	shutdownTimeout                                              time.Duration
+	shutdownTimeout, idleCheckpoint                              time.Duration
 }
 
 // keyFlags collects repeated --key NAME=VALUE[:Rights] flags.
@@ -97,6 +98,7 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.Var(byteSize{&o.maxMessageSize}, "max-message-size", "largest message a link carries, e.g. 1MiB (up to 100MiB; entities may be lower)")
 	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", 60*time.Second, "close connections silent this long (half is advertised)")
 	fs.DurationVar(&o.authTimeout, "auth-timeout", 20*time.Second, "close connections that authorise nothing within this time")
+	fs.DurationVar(&o.idleCheckpoint, "idle-checkpoint", 10*time.Second, "after this long without activity, a queue whose log holds records it no longer needs snapshots itself so that they can be deleted; 0 never")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "longest graceful shutdown before exiting anyway")
 	fs.Var(procsFlag{&o.procs}, "procs", "GOMAXPROCS for the broker, over the environment's: a number, or auto (one while the broker uses well under a core of CPU, the runtime's default when it needs more: less CPU per message, slower at moderate fixed rates); default the runtime's choice")
 	return fs
@@ -207,6 +209,9 @@ func parseServe(args []string) (*serveOptions, error) {
 	}
 	if o.maxMessageSize > 100<<20 || o.maxMessageSize < 1 {
 		return nil, errors.New("--max-message-size is 1 byte to 100MiB")
+	}
+	if o.idleCheckpoint < 0 {
+		return nil, errors.New("--idle-checkpoint cannot be negative")
 	}
 	if o.cacheSize < 0 {
 		return nil, errors.New("--cache-size cannot be negative")
@@ -331,7 +336,8 @@ func serve(args []string) int {
 
 	policy, _ := log.ParseSyncPolicy(o.sync)
 	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, CacheBytes: int64(o.cacheSize), Logger: logger,
-		OnCommit: metrics.ObserveCommit, OnSnapshot: metrics.ObserveSnapshot,
+		IdleCheckpoint: cmp.Or(o.idleCheckpoint, -1),
+		OnCommit:       metrics.ObserveCommit, OnSnapshot: metrics.ObserveSnapshot,
 		OnFirstDelivery: metrics.ObserveFirstDelivery})
 	if err != nil {
 		logger.Error("cannot start", "err", err)

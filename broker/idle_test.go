@@ -1,0 +1,122 @@
+package broker
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/projection"
+)
+
+// drainThrough sends n messages of size bytes through q and completes each,
+// deferring the first when deferFirst is set. It returns the deliveries'
+// sequence numbers.
+func drainThrough(t *testing.T, e *Entity, n, size int, deferFirst bool) []uint64 {
+	t.Helper()
+	deliveries := make(chan Delivery, n)
+	r, err := e.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { deliveries <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Detach(nil)
+	r.SetLimit(1 << 40)
+	var seqs []uint64
+	for i := range n {
+		sendSync(t, e, projection.Message{Body: make([]byte, size), MessageID: fmt.Sprint(i)})
+		d := nextDelivery(t, deliveries)
+		o := projection.Complete
+		if i == 0 && deferFirst {
+			o = projection.Defer
+		}
+		settleSync(t, e, d, Settlement{Outcome: o})
+		seqs = append(seqs, d.Seq)
+	}
+	e.Sync()
+	return seqs
+}
+
+// An entity that drained a backlog and then goes idle gives its log back:
+// no snapshot had been due (the backlog was under SnapshotEvery), so the
+// whole log would otherwise stay on disk until the next burst. Two
+// checkpoints, two snapshots, then nothing more while it stays idle; and
+// the cut log recovers, sequence numbers carrying on.
+func TestIdleCheckpointGivesTheLogBack(t *testing.T) {
+	for _, idle := range []time.Duration{-1, 20 * time.Millisecond} {
+		t.Run(fmt.Sprint("idle=", idle), func(t *testing.T) {
+			dir := t.TempDir()
+			var snapshots atomic.Int32
+			opts := Options{Dir: dir, SegmentSize: 64 << 10, IdleCheckpoint: idle,
+				OnSnapshot: func(SnapshotStats) { snapshots.Add(1) }}
+			b := openBroker(t, opts)
+			e, err := b.CreateQueue("q", projection.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs := drainThrough(t, e, 1000, 1024, false)
+			full := e.Bytes()
+			if full < 1<<20 {
+				t.Fatalf("log holds %d bytes after 1000 x 1 KiB; expected more than 1 MiB", full)
+			}
+			wait := 10 * time.Second
+			if idle < 0 {
+				wait = 300 * time.Millisecond // long enough for a check that should not come
+			}
+			deadline := time.Now().Add(wait)
+			for e.Bytes() > 128<<10 && snapshots.Load() < 2 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(10 * idle) // more idle periods: nothing more to do
+			e.Sync()
+			if idle < 0 {
+				if got := e.Bytes(); got != full || snapshots.Load() != 0 {
+					t.Fatalf("without idle checkpoints: %d bytes (was %d), %d snapshots", got, full, snapshots.Load())
+				}
+				b.Close()
+				return
+			}
+			if got := e.Bytes(); got > 128<<10 {
+				t.Fatalf("idle, drained queue keeps %d bytes of log (was %d)", got, full)
+			}
+			if n := snapshots.Load(); n != 2 {
+				t.Fatalf("%d snapshots while idle, want 2 (two checkpoints, then nothing)", n)
+			}
+			last := e.log.LastIndex()
+			b.Close()
+
+			b = openBroker(t, opts)
+			defer b.Close()
+			e, _ = b.Entity("q")
+			if c, _ := e.Counts(log.MainQueue); c.Total != 0 {
+				t.Fatalf("after restart the queue holds %+v", c)
+			}
+			more := drainThrough(t, e, 1, 10, false)
+			if more[0] <= seqs[len(seqs)-1] || more[0] <= last {
+				t.Fatalf("sequence number after restart %d, last before %d (log at %d)", more[0], seqs[len(seqs)-1], last)
+			}
+		})
+	}
+}
+
+// A message still in the queue pins the log: the idle check finds nothing
+// it could cut and writes nothing.
+func TestIdleCheckpointLeavesAPinnedLog(t *testing.T) {
+	var snapshots atomic.Int32
+	b := openBroker(t, Options{Dir: t.TempDir(), SegmentSize: 64 << 10, IdleCheckpoint: 10 * time.Millisecond,
+		OnSnapshot: func(SnapshotStats) { snapshots.Add(1) }})
+	defer b.Close()
+	e, err := b.CreateQueue("q", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainThrough(t, e, 500, 1024, true) // the first is deferred
+	last := e.log.LastIndex()
+	full := e.Bytes()
+	time.Sleep(200 * time.Millisecond)
+	e.Sync()
+	if e.log.LastIndex() != last || e.Bytes() != full || snapshots.Load() != 0 {
+		t.Fatalf("pinned log: last index %d -> %d, %d -> %d bytes, %d snapshots", last, e.log.LastIndex(),
+			full, e.Bytes(), snapshots.Load())
+	}
+}
