@@ -254,6 +254,11 @@ func (b *Broker) removeOrphans(live map[uint64]string) error {
 func (b *Broker) logOptions(entity string, onCommit func(log.CommitStats)) log.Options {
 	o := log.Options{Sync: b.opts.Sync, SyncInterval: b.opts.SyncInterval, SegmentSize: b.opts.SegmentSize,
 		Repair: b.opts.Repair, OnCommit: onCommit}
+	if b.opts.IdleCheckpoint > 0 {
+		// An idle log lets go of its tail before the idle check looks at
+		// it, so that the check finds the segment it closed.
+		o.IdleRoll = min(2*time.Second, b.opts.IdleCheckpoint/2)
+	}
 	if b.opts.Fault != nil {
 		o.Fault = func(op string) error { return b.opts.Fault(entity, op) }
 	}

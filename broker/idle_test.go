@@ -120,3 +120,26 @@ func TestIdleCheckpointLeavesAPinnedLog(t *testing.T) {
 			full, e.Bytes(), snapshots.Load())
 	}
 }
+
+// A drained log that is all one segment is cut too: the log rolls its
+// idle tail before the idle check looks (the roll comes at half the
+// IdleCheckpoint), so the check finds a closed segment to drop. Before,
+// with a check sooner than the log's own 2 s roll, it found nothing and
+// never looked again.
+func TestIdleCheckpointAfterTheRoll(t *testing.T) {
+	var snapshots atomic.Int32
+	b := openBroker(t, Options{Dir: t.TempDir(), IdleCheckpoint: 100 * time.Millisecond,
+		OnSnapshot: func(SnapshotStats) { snapshots.Add(1) }})
+	defer b.Close()
+	e, err := b.CreateQueue("q", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainThrough(t, e, 400, 1024, false) // 400 KiB: one segment, over the log's IdleRollBytes
+	full := e.Bytes()
+	for deadline := time.Now().Add(10 * time.Second); e.Bytes() > full/8; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("idle, drained one-segment log keeps %d of %d bytes (%d snapshots)", e.Bytes(), full, snapshots.Load())
+		}
+	}
+}

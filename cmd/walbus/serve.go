@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -98,7 +99,7 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.Var(byteSize{&o.maxMessageSize}, "max-message-size", "largest message a link carries, e.g. 1MiB (up to 100MiB; entities may be lower)")
 	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", 60*time.Second, "close connections silent this long (half is advertised)")
 	fs.DurationVar(&o.authTimeout, "auth-timeout", 20*time.Second, "close connections that authorise nothing within this time")
-	fs.DurationVar(&o.idleCheckpoint, "idle-checkpoint", 10*time.Second, "after this long without activity, a queue whose log holds records it no longer needs snapshots itself so that they can be deleted; 0 never")
+	fs.DurationVar(&o.idleCheckpoint, "idle-checkpoint", 10*time.Second, "after this long without activity, a queue whose log holds records it no longer needs snapshots itself so that they can be deleted, and once the whole broker is that quiet it returns the memory it freed to the system; 0 never")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "longest graceful shutdown before exiting anyway")
 	fs.Var(procsFlag{&o.procs}, "procs", "GOMAXPROCS for the broker, over the environment's: a number, or auto (one while the broker uses well under a core of CPU, the runtime's default when it needs more: less CPU per message, slower at moderate fixed rates); default the runtime's choice")
 	return fs
@@ -335,10 +336,14 @@ func serve(args []string) int {
 	}
 
 	policy, _ := log.ParseSyncPolicy(o.sync)
+	var release memoryReleaser
 	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, CacheBytes: int64(o.cacheSize), Logger: logger,
 		IdleCheckpoint: cmp.Or(o.idleCheckpoint, -1),
-		OnCommit:       metrics.ObserveCommit, OnSnapshot: metrics.ObserveSnapshot,
-		OnFirstDelivery: metrics.ObserveFirstDelivery})
+		OnCommit: func(entity string, s log.CommitStats) {
+			release.touch()
+			metrics.ObserveCommit(entity, s)
+		},
+		OnSnapshot: metrics.ObserveSnapshot, OnFirstDelivery: metrics.ObserveFirstDelivery})
 	if err != nil {
 		logger.Error("cannot start", "err", err)
 		return 1
@@ -365,6 +370,9 @@ func serve(args []string) int {
 	}
 	health.Ready(len(b.Entities()))
 	tuneProcs(ctx, o.procs, logger)
+	if o.idleCheckpoint > 0 {
+		go release.run(ctx, o.idleCheckpoint, debug.FreeOSMemory)
+	}
 
 	<-ctx.Done()
 	stop() // a second signal now ends the process at once
