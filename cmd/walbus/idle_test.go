@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -100,5 +102,107 @@ func TestIdleQueueGivesBackItsDisk(t *testing.T) {
 	msgs, err = r.ReceiveMessages(ctx, 1, nil)
 	if err != nil || len(msgs) != 1 || *msgs[0].SequenceNumber <= keeperSeq {
 		t.Fatalf("a message sent after the restart: %v, err %v (sequence numbers must carry on past %d)", msgs, err, keeperSeq)
+	}
+}
+
+// TestKillAroundIdleCheckpoints: kill -9 at random moments after bursts,
+// while the queue rolls its tail, checkpoints, snapshots and cuts its log:
+// after every restart the queue holds exactly the acknowledged sends not
+// yet completed, byte for byte, and nothing completed comes back.
+func TestKillAroundIdleCheckpoints(t *testing.T) {
+	data := t.TempDir()
+	p := startWalbus(t, data, "--config", writeConfig(t, "cut", ""), "--segment-size", "64KiB",
+		"--idle-checkpoint", "20ms")
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	left := map[string][]byte{} // acknowledged and not completed
+	next := 0
+	check := func(r *azservicebus.Receiver) {
+		t.Helper()
+		seen := 0
+		var from int64 = 1
+		for {
+			msgs, err := r.PeekMessages(ctx, 100, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &from})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(msgs) == 0 {
+				break
+			}
+			for _, m := range msgs {
+				if want, ok := left[m.MessageID]; !ok || !bytes.Equal(m.Body, want) {
+					t.Fatalf("message %s in the queue: known %v, body as sent %v", m.MessageID, ok, bytes.Equal(m.Body, want))
+				}
+				seen++
+			}
+			from = *msgs[len(msgs)-1].SequenceNumber + 1
+		}
+		if seen != len(left) {
+			t.Fatalf("the queue holds %d messages, %d were acknowledged and not completed", seen, len(left))
+		}
+	}
+	for round := range 12 {
+		client := p.sdkClient()
+		s, _ := client.NewSender("cut", nil)
+		r, _ := client.NewReceiverForQueue("cut", nil)
+		check(r)
+		for range 40 {
+			id := fmt.Sprint("m", next)
+			next++
+			body := make([]byte, 2048+rng.IntN(4096))
+			for i := range body {
+				body[i] = byte(rng.Uint32())
+			}
+			if err := s.SendMessage(ctx, &azservicebus.Message{MessageID: &id, Body: body}, nil); err != nil {
+				t.Fatal(err)
+			}
+			left[id] = body
+		}
+		for todo := len(left); todo > 0; {
+			msgs, err := r.ReceiveMessages(ctx, todo, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range msgs {
+				if _, ok := left[m.MessageID]; !ok {
+					t.Fatalf("round %d: completed message %s delivered again", round, m.MessageID)
+				}
+				if rng.IntN(8) == 0 {
+					err = r.AbandonMessage(ctx, m, nil) // stays for a later round
+				} else if err = r.CompleteMessage(ctx, m, nil); err == nil {
+					delete(left, m.MessageID)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			todo -= len(msgs)
+		}
+		client.Close(ctx)
+		time.Sleep(time.Duration(rng.IntN(120)) * time.Millisecond)
+		p.kill()
+		p.start()
+	}
+	client := p.sdkClient()
+	defer client.Close(ctx)
+	r, _ := client.NewReceiverForQueue("cut", nil)
+	check(r)
+	// Drained, the queue cuts its log to almost nothing.
+	for todo := len(left); todo > 0; {
+		msgs, err := r.ReceiveMessages(ctx, todo, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if err := r.CompleteMessage(ctx, m, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		todo -= len(msgs)
+	}
+	for deadline := time.Now().Add(10 * time.Second); logBytes(t, data) > 128<<10; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes of log for an empty queue", logBytes(t, data))
+		}
 	}
 }
