@@ -486,18 +486,25 @@ func (e *Entity) idleCheck() {
 		return // not idle throughout, or busy: look again later
 	}
 	e.idle.doneAt = last
-	if e.failed != nil || e.log.Reclaimable(e.st.FirstNeededFrom(e.archivedThrough()+1)) == 0 {
+	if e.failed != nil || e.reclaimable() == 0 {
 		return
 	}
 	e.idle.busy = true
 	e.checkpoint(2)
 }
 
+// reclaimable is how much of the log the state no longer needs.
+func (e *Entity) reclaimable() int64 {
+	return e.log.Reclaimable(e.st.FirstNeededFrom(e.archivedThrough() + 1))
+}
+
 // checkpoint writes a Checkpoint event and snapshots the state after it,
-// rounds times in a row. Once done, the idle timer waits for an event after
-// the last checkpoint.
+// up to rounds times in a row, until the log holds nothing the state does
+// not need (one round is enough when the newest snapshot already covers
+// the last event). Once done, the idle timer waits for an event after the
+// last checkpoint.
 func (e *Entity) checkpoint(rounds int) {
-	if rounds > 0 {
+	if rounds > 0 && e.reclaimable() > 0 {
 		evs, err := e.decide(projection.Checkpoint{})
 		if err == nil && e.commit(evs, nil) == nil {
 			e.idle.doneAt = evs[0].Index

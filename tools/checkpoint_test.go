@@ -21,7 +21,7 @@ import (
 func TestCheckpointsInReplayAndVerify(t *testing.T) {
 	dir := t.TempDir()
 	var snapshots atomic.Int32
-	s := newSceneWith(t, broker.Options{Dir: dir, SegmentSize: 4 << 10, IdleCheckpoint: 10 * time.Millisecond,
+	s := newSceneWith(t, broker.Options{Dir: dir, SegmentSize: 4 << 10, IdleCheckpoint: 50 * time.Millisecond,
 		OnSnapshot: func(broker.SnapshotStats) { snapshots.Add(1) }})
 	e := s.queue("orders", projection.DefaultConfig())
 	rc := s.receiver(e, log.MainQueue, "r", broker.PeekLock)
@@ -31,7 +31,7 @@ func TestCheckpointsInReplayAndVerify(t *testing.T) {
 	}
 	s.send(e, msg("left", "still queued"))
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if snapshots.Load() == 2 {
+		if snapshots.Load() >= 2 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -50,11 +50,11 @@ func TestCheckpointsInReplayAndVerify(t *testing.T) {
 			lines = append(lines, line)
 		}
 	}
-	if len(lines) != 2 || !strings.HasSuffix(lines[0], "checkpoint            -      -") {
+	if len(lines) < 2 || !strings.HasSuffix(lines[0], "checkpoint            -      -") {
 		t.Fatalf("checkpoint lines %q in\n%s", lines, out.String())
 	}
-	if n, first := countCheckpoints(t, dir); n != 2 || first <= 2 {
-		t.Fatalf("%d checkpoints, log starts at %d: want 2, and the settled messages cut", n, first)
+	if n, first := countCheckpoints(t, dir); n < 2 || first <= 2 {
+		t.Fatalf("%d checkpoints, log starts at %d: want two or more, and the settled messages cut", n, first)
 	}
 	findings, err := Verify(dir)
 	if err != nil || len(findings) != 0 {

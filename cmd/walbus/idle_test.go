@@ -47,6 +47,10 @@ func TestIdleQueueGivesBackItsDisk(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	full := logBytes(t, data) // nothing settled yet: nothing can have been cut
+	if full < n*size {
+		t.Fatalf("log holds %d bytes after %d x %d were sent", full, n, size)
+	}
 	for got := 0; got < n; {
 		msgs, err := r.ReceiveMessages(ctx, n-got, nil)
 		if err != nil {
@@ -68,10 +72,6 @@ func TestIdleQueueGivesBackItsDisk(t *testing.T) {
 		t.Fatalf("peek: %v %v", peeked, err)
 	}
 	keeperSeq := *peeked[0].SequenceNumber
-	full := logBytes(t, data)
-	if full < n*size {
-		t.Fatalf("log holds %d bytes after %d x %d were sent", full, n, size)
-	}
 	client.Close(ctx)
 
 	deadline := time.Now().Add(20 * time.Second)
