@@ -8,13 +8,17 @@ import (
 
 	"github.com/walbus/walbus/admin/emuconfig"
 	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/projection"
 )
 
 // applyConfig creates the queues an emulator Config.json lists that do not
-// exist yet. An existing entity keeps its data and its settings: the file
-// describes what to create, as the emulator's does at start. A queue that
-// allows larger messages than the server's --max-message-size (linkMax)
-// gets a warning: links advertise the smaller of the two.
+// exist yet, and gives those that exist the file's settings, keeping their
+// messages: the file is the entities' definition, as the emulator's is at
+// every start, and (with no management API yet) the only way to change
+// one. A change Service Bus does not allow (RequiresSession) stops the
+// start. A queue that allows larger messages than the server's
+// --max-message-size (linkMax) gets a warning: links advertise the smaller
+// of the two.
 func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Logger) error {
 	f, err := emuconfig.Load(path)
 	if err != nil {
@@ -29,9 +33,7 @@ func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Log
 			e, err := b.CreateQueue(q.Name, q.Config())
 			switch {
 			case errors.Is(err, broker.ErrEntityExists):
-				logger.Debug("queue exists; kept as it is", "queue", q.Name)
-				e, err = b.Entity(q.Name)
-				if err != nil {
+				if e, err = updateQueue(b, q, logger); err != nil {
 					return fmt.Errorf("%s: queue %s: %w", path, q.Name, err)
 				}
 			case err != nil:
@@ -49,6 +51,62 @@ func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Log
 		}
 	}
 	return nil
+}
+
+// updateQueue gives an existing queue the file's settings if they differ,
+// and says which changed.
+func updateQueue(b *broker.Broker, q emuconfig.Queue, logger *slog.Logger) (*broker.Entity, error) {
+	e, err := b.Entity(q.Name)
+	if err != nil {
+		return nil, err
+	}
+	was, err := e.Config()
+	if err != nil {
+		return nil, err
+	}
+	changed := configChanges(was, q.Config())
+	if len(changed) == 0 {
+		logger.Debug("queue exists with the file's settings", "queue", q.Name)
+		return e, nil
+	}
+	if err := b.UpdateQueue(q.Name, q.Config()); err != nil {
+		if errors.Is(err, projection.ErrNotAllowed) {
+			err = fmt.Errorf("%w (the queue exists with its messages: change the file back, or start on a new --data directory)", err)
+		}
+		return nil, err
+	}
+	logger.Info("queue settings changed to the file's; its messages are kept", "queue", q.Name,
+		"changed", strings.Join(changed, ","))
+	return e, nil
+}
+
+// configChanges names, as Config.json does, the settings that differ
+// between a and b.
+func configChanges(a, b projection.Config) []string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		diff bool
+	}{
+		{"LockDuration", a.LockDuration != b.LockDuration},
+		{"MaxDeliveryCount", a.MaxDeliveryCount != b.MaxDeliveryCount},
+		{"DefaultMessageTimeToLive", a.DefaultTTL != b.DefaultTTL},
+		{"DeadLetteringOnMessageExpiration", a.DeadLetterOnExpiry != b.DeadLetterOnExpiry},
+		{"RequiresSession", a.RequiresSession != b.RequiresSession},
+		{"RequiresDuplicateDetection", a.RequiresDuplicateDetection != b.RequiresDuplicateDetection},
+		{"DuplicateDetectionHistoryTimeWindow", a.DuplicateWindow != b.DuplicateWindow},
+		{"MaxMessageSizeInKilobytes", a.MaxMessageSize != b.MaxMessageSize},
+		{"ForwardTo", a.ForwardTo != b.ForwardTo},
+		{"ForwardDeadLetteredMessagesTo", a.ForwardDeadLetteredMessagesTo != b.ForwardDeadLetteredMessagesTo},
+	} {
+		if f.diff {
+			out = append(out, f.name)
+		}
+	}
+	if len(out) == 0 && a != b {
+		out = append(out, "other") // a setting this list does not know yet
+	}
+	return out
 }
 
 // forwardTargetsFirst orders queues so that each comes after the queues it

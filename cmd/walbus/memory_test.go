@@ -91,12 +91,18 @@ func TestQueueAboveMaxMessageSizeWarns(t *testing.T) {
 	}
 	p.kill()
 
-	// The queue keeps its settings when the file changes: the warning is
-	// about the queue as it is.
+	// The queue takes the file's smaller size when it changes: no warning,
+	// and its links take only that.
 	p = startWalbus(t, dir, "--config", writeConfig(t, "big", `"MaxMessageSizeInKilobytes": 512`))
-	if logs := p.logs(); !strings.Contains(logs, named) {
-		t.Fatalf("no warning for the existing 2 MiB queue:\n%s", logs)
+	if logs := p.logs(); strings.Contains(logs, warning) || !strings.Contains(logs, "changed=MaxMessageSizeInKilobytes") {
+		t.Fatalf("a queue changed to 512 KiB:\n%s", logs)
 	}
+	client = p.sdkClient()
+	s, _ = client.NewSender("big", nil)
+	if err := s.SendMessage(context.Background(), &azservicebus.Message{Body: make([]byte, 600<<10)}, nil); !errors.Is(err, azservicebus.ErrMessageTooLarge) {
+		t.Fatalf("600 KiB to a 512 KiB queue: %v", err)
+	}
+	client.Close(context.Background())
 	p.kill()
 
 	p = startWalbus(t, t.TempDir(), "--config", cfg, "--max-message-size", "2MiB")
