@@ -59,18 +59,7 @@ func TestCompactCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for done := 0; done < total; {
-		msgs, err := receiver.ReceiveMessages(ctx, 200, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range msgs {
-			if err := receiver.CompleteMessage(ctx, m, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-		done += len(msgs)
-	}
+	completeAll(t, receiver, total)
 	client.Close(ctx)
 
 	code, _, stderr := runWalbus(t, nil, "compact", "--data", dir)

@@ -29,6 +29,24 @@ func logBytes(t *testing.T, data string) int64 {
 	return n
 }
 
+// completeAll receives n messages with r and completes each.
+func completeAll(t *testing.T, r *azservicebus.Receiver, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for got := 0; got < n; {
+		msgs, err := r.ReceiveMessages(ctx, min(n-got, 200), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if err := r.CompleteMessage(ctx, m, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got += len(msgs)
+	}
+}
+
 // TestIdleQueueGivesBackItsDisk: a queue that took a few MiB, had them
 // received and went quiet deletes the log it no longer needs (no snapshot
 // was due, so before this it kept every byte until its next burst), keeps
@@ -51,18 +69,7 @@ func TestIdleQueueGivesBackItsDisk(t *testing.T) {
 	if full < n*size {
 		t.Fatalf("log holds %d bytes after %d x %d were sent", full, n, size)
 	}
-	for got := 0; got < n; {
-		msgs, err := r.ReceiveMessages(ctx, n-got, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range msgs {
-			if err := r.CompleteMessage(ctx, m, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-		got += len(msgs)
-	}
+	completeAll(t, r, n)
 	keeper := []byte("still here after the cut")
 	if err := s.SendMessage(ctx, &azservicebus.Message{Body: keeper}, nil); err != nil {
 		t.Fatal(err)
@@ -188,18 +195,7 @@ func TestKillAroundIdleCheckpoints(t *testing.T) {
 	r, _ := client.NewReceiverForQueue("cut", nil)
 	check(r)
 	// Drained, the queue cuts its log to almost nothing.
-	for todo := len(left); todo > 0; {
-		msgs, err := r.ReceiveMessages(ctx, todo, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range msgs {
-			if err := r.CompleteMessage(ctx, m, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-		todo -= len(msgs)
-	}
+	completeAll(t, r, len(left))
 	for deadline := time.Now().Add(10 * time.Second); logBytes(t, data) > 128<<10; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d bytes of log for an empty queue", logBytes(t, data))

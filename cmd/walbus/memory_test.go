@@ -111,32 +111,27 @@ func TestQueueAboveMaxMessageSizeWarns(t *testing.T) {
 	}
 }
 
-// TestIdleQueuesHoldNoLogTail: queues that were written and drained, then
-// left idle, give back the log tail tidwall keeps in memory. Before, each
-// kept up to a segment (8 MiB by default) of bodies it would never read
-// again until its segment filled: 100 such queues held 690 MB.
-func TestIdleQueuesHoldNoLogTail(t *testing.T) {
-	const (
-		queues  = 12
-		perMsg  = 256 << 10
-		perQ    = 16 // 4 MiB a queue, under the 8 MiB segment
-		settled = queues * perQ * perMsg
-	)
+// burstThroughQueues starts walbus serve (with args) on queues named
+// prefix-0 and up, sends perQ messages of perMsg bytes through each with
+// the Go SDK and receives them all (receive-and-delete), queue after queue.
+func burstThroughQueues(t *testing.T, prefix string, queues, perQ, perMsg int, args ...string) *proc {
+	t.Helper()
 	var names []string
 	for i := range queues {
-		names = append(names, fmt.Sprintf(`{"Name": "idle-%d", "Properties": {}}`, i))
+		names = append(names, fmt.Sprintf(`{"Name": "%s-%d", "Properties": {}}`, prefix, i))
 	}
 	cfg := filepath.Join(t.TempDir(), "Config.json")
 	body := `{"UserConfig": {"Namespaces": [{"Name": "ns", "Queues": [` + strings.Join(names, ",") + `]}]}}`
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := startWalbus(t, t.TempDir(), "--config", cfg, "--pprof")
+	p := startWalbus(t, t.TempDir(), append([]string{"--config", cfg}, args...)...)
 	ctx := context.Background()
 	client := p.sdkClient()
+	defer client.Close(ctx)
 	msg := bytes.Repeat([]byte("x"), perMsg)
 	for i := range queues {
-		q := fmt.Sprintf("idle-%d", i)
+		q := fmt.Sprintf("%s-%d", prefix, i)
 		s, _ := client.NewSender(q, nil)
 		for range perQ {
 			if err := s.SendMessage(ctx, &azservicebus.Message{Body: msg}, nil); err != nil {
@@ -154,7 +149,21 @@ func TestIdleQueuesHoldNoLogTail(t *testing.T) {
 		r.Close(ctx)
 		s.Close(ctx)
 	}
-	client.Close(ctx)
+	return p
+}
+
+// TestIdleQueuesHoldNoLogTail: queues that were written and drained, then
+// left idle, give back the log tail tidwall keeps in memory. Before, each
+// kept up to a segment (8 MiB by default) of bodies it would never read
+// again until its segment filled: 100 such queues held 690 MB.
+func TestIdleQueuesHoldNoLogTail(t *testing.T) {
+	const (
+		queues  = 12
+		perMsg  = 256 << 10
+		perQ    = 16 // 4 MiB a queue, under the 8 MiB segment
+		settled = queues * perQ * perMsg
+	)
+	p := burstThroughQueues(t, "idle", queues, perQ, perMsg, "--pprof")
 
 	// The queues roll their tails once idle for a couple of seconds.
 	var heap uint64

@@ -1,18 +1,12 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
 func TestMemoryReleaserDue(t *testing.T) {
@@ -63,37 +57,7 @@ func rss(t *testing.T, pid int) int64 {
 // later; with: 253 MiB, then 25 MiB).
 func TestQuietServerReturnsMemory(t *testing.T) {
 	const queues, perQ, perMsg = 12, 16, 256 << 10
-	var names []string
-	for i := range queues {
-		names = append(names, fmt.Sprintf(`{"Name": "burst-%d", "Properties": {}}`, i))
-	}
-	cfg := filepath.Join(t.TempDir(), "Config.json")
-	body := `{"UserConfig": {"Namespaces": [{"Name": "ns", "Queues": [` + strings.Join(names, ",") + `]}]}}`
-	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p := startWalbus(t, t.TempDir(), "--config", cfg, "--idle-checkpoint", "500ms")
-	ctx := context.Background()
-	client := p.sdkClient()
-	msg := bytes.Repeat([]byte("x"), perMsg)
-	for i := range queues {
-		q := fmt.Sprintf("burst-%d", i)
-		s, _ := client.NewSender(q, nil)
-		for range perQ {
-			if err := s.SendMessage(ctx, &azservicebus.Message{Body: msg}, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-		r, _ := client.NewReceiverForQueue(q, &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
-		for got := 0; got < perQ; {
-			msgs, err := r.ReceiveMessages(ctx, perQ-got, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got += len(msgs)
-		}
-	}
-	client.Close(ctx)
+	p := burstThroughQueues(t, "burst", queues, perQ, perMsg, "--idle-checkpoint", "500ms")
 	peak := rss(t, p.cmd.Process.Pid)
 	if peak < 96<<20 {
 		t.Fatalf("resident set after the burst %d MiB: too small to show anything", peak>>20)
