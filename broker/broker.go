@@ -44,8 +44,8 @@ type Options struct {
 	SnapshotBytes int64
 	// IdleCheckpoint is how long an entity goes without an event before it
 	// looks at its log: if segments there are kept only for the older of
-	// its two snapshots, it writes two checkpoints, each followed by a
-	// snapshot, and the log is cut to what its state still needs. Default
+	// its two snapshots, it writes a checkpoint followed by a snapshot (up
+	// to twice), and the log is cut to what its state still needs. Default
 	// 10 s; negative: never.
 	IdleCheckpoint time.Duration
 	// CacheBytes is each entity's budget for message records kept in memory

@@ -75,7 +75,7 @@ type snapshotState struct {
 
 // idleState drives the idle checkpoint (Options.IdleCheckpoint).
 type idleState struct {
-	timer   *time.Timer // armed by settleDown; nil once its check has run
+	timer   *time.Timer // set by armIdle; nil once its check has run
 	armedAt uint64      // the entity's last index when the timer was armed
 	doneAt  uint64      // its last index after the last check: nothing to do until it moves
 	busy    bool        // checkpoints and their snapshots under way
@@ -474,9 +474,9 @@ func (e *Entity) armIdle() {
 
 // idleCheck runs when the idle timer fires. If the entity had no event
 // since it was armed and its log holds segments its state no longer needs
-// (kept only because its older snapshot predates them), it checkpoints
-// twice, each time with a snapshot: the second snapshot's truncation then
-// cuts the log to what the state needs. An idle entity that has drained a
+// (kept only because its older snapshot predates them), it checkpoints,
+// each time with a snapshot, until a snapshot's truncation has cut the log
+// to what the state needs (twice at most: two snapshots past the old log). An idle entity that has drained a
 // large backlog so gives its disk back instead of keeping up to two
 // snapshot intervals of log until its next burst. Otherwise settleDown
 // arms the timer again, or (nothing moved) leaves it until something does.

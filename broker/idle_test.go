@@ -66,7 +66,11 @@ func TestIdleCheckpointGivesTheLogBack(t *testing.T) {
 			}
 			// (A slow machine may pause long enough mid-run for a check to
 			// cut part of the log already.)
-			for deadline := time.Now().Add(10 * time.Second); e.Bytes() > 128<<10; time.Sleep(5 * time.Millisecond) {
+			busy := func() bool {
+				b, _ := call(e, func(e *Entity) (bool, error) { return e.idle.busy, nil })
+				return b
+			}
+			for deadline := time.Now().Add(10 * time.Second); e.Bytes() > 128<<10 || busy(); time.Sleep(5 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("idle, drained queue keeps %d bytes of log (was %d)", e.Bytes(), full)
 				}
