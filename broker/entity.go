@@ -78,7 +78,6 @@ type idleState struct {
 	timer   *time.Timer // set by armIdle; nil once its check has run
 	armedAt uint64      // the entity's last index when the timer was armed
 	doneAt  uint64      // its last index after the last check: nothing to do until it moves
-	busy    bool        // checkpoints and their snapshots under way
 }
 
 // ErrClosed is returned by operations on a closed or deleted entity.
@@ -457,10 +456,11 @@ func (e *Entity) startSnapshot(then func(error)) {
 // armIdle starts the idle timer when the entity has had events since its
 // last idle check. The timer is armed at most once per IdleCheckpoint,
 // however busy the entity is: the check itself tells whether anything
-// happened meanwhile.
+// happened meanwhile. Not while a snapshot is being written: a checkpoint
+// sequence keeps one under way from its first round to its last.
 func (e *Entity) armIdle() {
 	last := e.st.LastIndex()
-	if e.b.opts.IdleCheckpoint < 0 || e.idle.timer != nil || e.idle.busy || last == e.idle.doneAt {
+	if e.b.opts.IdleCheckpoint < 0 || e.idle.timer != nil || e.snap.running || last == e.idle.doneAt {
 		return
 	}
 	e.idle.armedAt = last
@@ -489,7 +489,6 @@ func (e *Entity) idleCheck() {
 	if e.failed != nil || e.reclaimable() == 0 {
 		return
 	}
-	e.idle.busy = true
 	e.checkpoint(2)
 }
 
@@ -517,7 +516,6 @@ func (e *Entity) checkpoint(rounds int) {
 			return
 		}
 	}
-	e.idle.busy = false
 }
 
 // keepSnapshots is how many snapshots an entity keeps. The log is kept back

@@ -66,8 +66,8 @@ func TestIdleCheckpointGivesTheLogBack(t *testing.T) {
 			}
 			// (A slow machine may pause long enough mid-run for a check to
 			// cut part of the log already.)
-			busy := func() bool {
-				b, _ := call(e, func(e *Entity) (bool, error) { return e.idle.busy, nil })
+			busy := func() bool { // a checkpoint's snapshot under way
+				b, _ := call(e, func(e *Entity) (bool, error) { return e.snap.running, nil })
 				return b
 			}
 			for deadline := time.Now().Add(10 * time.Second); e.Bytes() > 128<<10 || busy(); time.Sleep(5 * time.Millisecond) {
@@ -110,8 +110,15 @@ func TestIdleCheckpointLeavesAPinnedLog(t *testing.T) {
 	drainThrough(t, e, 500, 1024, true) // the first is deferred
 	last := e.log.LastIndex()
 	full := e.Bytes()
-	time.Sleep(200 * time.Millisecond)
-	e.Sync()
+	checked := func() bool { // the idle check has looked at the log as it is now
+		at, _ := call(e, func(e *Entity) (uint64, error) { return e.idle.doneAt, nil })
+		return at == last
+	}
+	for deadline := time.Now().Add(10 * time.Second); !checked(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle check never ran")
+		}
+	}
 	if e.log.LastIndex() != last || e.Bytes() != full || snapshots.Load() != 0 {
 		t.Fatalf("pinned log: last index %d -> %d, %d -> %d bytes, %d snapshots", last, e.log.LastIndex(),
 			full, e.Bytes(), snapshots.Load())

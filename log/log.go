@@ -817,9 +817,7 @@ func (l *Log) TruncateFront(upTo uint64) (uint64, error) {
 		return l.first.Load(), err
 	}
 	l.segs.replaceFront(segs[k], keep)
-	if fi, err := os.Stat(segmentPath(l.dir, keep)); err == nil {
-		removed -= fi.Size()
-	}
+	removed -= l.sizeOf([]uint64{keep})
 	l.bytes.Add(-removed)
 	l.first.Store(keep)
 	return keep, SyncDir(l.dir)
