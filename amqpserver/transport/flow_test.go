@@ -241,3 +241,85 @@ func TestTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestQueuedTransferKeepsItsTag: a delivery held back by the peer's closed
+// session window goes out with the tag it was sent with, although Send
+// lets the caller reuse its tag buffer once it returns.
+func TestQueuedTransferKeepsItsTag(t *testing.T) {
+	ts := startServer(t, Config{}, nil)
+	r := dialRaw(t, ts.addr)
+	r.open(frames.Open{})
+	r.beginWindow(0, 0) // our incoming-window is 0: nothing may be sent yet
+	r.attachReceiver(0, 0, "r", frames.ReceiverSettleFirst)
+	o := ts.h.nextOut(t)
+	r.send(0, &frames.Flow{NextIncomingID: frames.Some[uint32](0), IncomingWindow: 0, OutgoingWindow: 100,
+		Handle: frames.Some[uint32](0), DeliveryCount: frames.Some[uint32](0), LinkCredit: frames.Some[uint32](1)}, nil)
+	waitUntil(t, func() bool { return o.l.Credit().Available() == 1 })
+
+	tag := []byte("AAAA")
+	if _, err := o.l.Send(tag, 0, []byte("payload"), false); err != nil {
+		t.Fatal(err)
+	}
+	copy(tag, "BBBB") // allowed by Send's contract
+
+	// Open the window.
+	r.send(0, &frames.Flow{NextIncomingID: frames.Some[uint32](0), IncomingWindow: 100, OutgoingWindow: 100}, nil)
+	tr := expect[*frames.Transfer](r)
+	if string(tr.DeliveryTag) != "AAAA" {
+		t.Fatalf("delivery-tag %q, want %q (the caller's buffer was reused after Send returned)", tr.DeliveryTag, "AAAA")
+	}
+}
+
+// TestLinkFlowWaitsForQueuedTransfers: a drain answered while the delivery
+// that used the credit still waits for the peer's session window goes out
+// after that transfer. The peer counts deliveries as they arrive
+// (§2.6.7); a flow(delivery-count=1, link-credit=0) ahead of the transfer
+// would have it count the delivery twice and grant one credit more than
+// it meant on its next flow.
+func TestLinkFlowWaitsForQueuedTransfers(t *testing.T) {
+	ts := startServer(t, Config{}, nil)
+	r := dialRaw(t, ts.addr)
+	r.open(frames.Open{})
+	r.beginWindow(0, 0)
+	r.attachReceiver(0, 0, "r", frames.ReceiverSettleFirst)
+	o := ts.h.nextOut(t)
+	o.push([]byte("m")) // no credit yet: stays pending in the handler
+
+	r.send(0, &frames.Flow{NextIncomingID: frames.Some[uint32](0), IncomingWindow: 0, OutgoingWindow: 100,
+		Handle: frames.Some[uint32](0), DeliveryCount: frames.Some[uint32](0), LinkCredit: frames.Some[uint32](1), Drain: true}, nil)
+	waitUntil(t, func() bool { return o.l.Credit().Sent == 1 })
+
+	// Open the session window so the queued transfer can go.
+	r.send(0, &frames.Flow{NextIncomingID: frames.Some[uint32](0), IncomingWindow: 100, OutgoingWindow: 100}, nil)
+
+	// The receiver's view, per §2.6.7.
+	var rcvDeliveryCount, rcvCredit uint32 = 0, 1
+	var order []string
+	for len(order) < 2 {
+		f := r.next()
+		switch p := f.p.(type) {
+		case *frames.Transfer:
+			order = append(order, "transfer")
+			rcvDeliveryCount++
+			rcvCredit--
+		case *frames.Flow:
+			if !p.Handle.Present {
+				continue
+			}
+			order = append(order, "flow")
+			rcvDeliveryCount = p.DeliveryCount.Value
+			rcvCredit = p.LinkCredit.Value
+		default:
+			t.Fatalf("unexpected %T", p)
+		}
+	}
+	t.Logf("order %v; receiver delivery-count %d, link-credit %d", order, rcvDeliveryCount, rcvCredit)
+
+	// The receiver grants 1 more credit on top of its view of the count.
+	r.send(0, &frames.Flow{NextIncomingID: frames.Some[uint32](1), IncomingWindow: 100, OutgoingWindow: 100,
+		Handle: frames.Some[uint32](0), DeliveryCount: frames.Some(rcvDeliveryCount), LinkCredit: frames.Some[uint32](1)}, nil)
+	waitUntil(t, func() bool { return o.l.Credit().Limit != 1 })
+	if c := o.l.Credit(); order[0] != "transfer" || c.Available() != 1 {
+		t.Fatalf("frames arrived as %v; after the receiver granted link-credit 1 the server believes it may send %d", order, c.Available())
+	}
+}

@@ -170,10 +170,18 @@ func (l *Link) resetAssembly() {
 // errors, while a JS sender whose link detaches mid-send only times out.
 func (l *Link) rejectOversize() {
 	a := &l.asm
-	id, settled := a.id, a.settled
+	id, settled, second := a.id, a.settled, a.second
 	l.resetAssembly()
 	if !settled {
-		l.conn.appendDisposition(l.sess.outChannel, frames.RoleReceiver, id, true, &frames.Rejected{
+		if second {
+			// Mode second: the peer settles after our outcome (§2.8.3).
+			if old, dup := l.sess.inUnsettled[id]; dup && old.link != nil {
+				l.fail(newError(CondNotAllowed, "delivery-id of an unsettled delivery reused"))
+				return
+			}
+			l.sess.inUnsettled[id] = inDelivery{link: l, second: true, handlerSettled: true}
+		}
+		l.conn.appendDisposition(l.sess.outChannel, frames.RoleReceiver, id, !second, &frames.Rejected{
 			Error: newError(CondMessageSizeExceeded, fmt.Sprintf("the message is larger than the link's max-message-size of %d bytes", l.maxSize))})
 	}
 	l.topUp()

@@ -239,3 +239,43 @@ func TestPeerHandleMax(t *testing.T) {
 		t.Fatalf("close %v", e)
 	}
 }
+
+// TestOversizeRejectedInModeSecond: on a link with rcv-settle-mode second
+// the rejection of an oversize delivery goes out unsettled, as every
+// outcome in that mode (§2.8.3), and the peer's settlement ends it.
+func TestOversizeRejectedInModeSecond(t *testing.T) {
+	h := newTestHandler()
+	col := newCollector(h, 4)
+	h.inbound = func(*Link) InboundHandler { return col }
+	ts := startServer(t, Config{MaxFrameSize: 4096, MaxMessageSize: 1000}, h)
+	r := dialRaw(t, ts.addr)
+	r.open(frames.Open{})
+	r.begin(0)
+	r.send(0, &frames.Attach{Name: "s", Handle: 0, Role: frames.RoleSender,
+		SndSettleMode: frames.Some(frames.SenderSettleUnsettled), RcvSettleMode: frames.Some(frames.ReceiverSettleSecond),
+		Source: &frames.Source{Address: "raw"}, Target: &frames.Target{Address: "q"}, InitialDeliveryCount: frames.Some[uint32](0)}, nil)
+	if a := expect[*frames.Attach](r); a.RcvSettleMode.Or(0) != frames.ReceiverSettleSecond {
+		t.Fatalf("attach reply %+v", a)
+	}
+	expect[*frames.Flow](r)
+	r.transfer(0, 0, 0, false, make([]byte, 2000))
+	d := expect[*frames.Disposition](r)
+	if _, ok := d.State.(*frames.Rejected); !ok {
+		t.Fatalf("disposition %+v", d)
+	}
+	if d.Settled {
+		t.Fatalf("rcv-settle-mode second, but the receiver settled first: %+v", d)
+	}
+	// The peer settles; the delivery is gone, so its id may come again
+	// (an id still unsettled would fail the link).
+	r.send(0, &frames.Disposition{Role: frames.RoleSender, First: 0, Settled: true, State: d.State}, nil)
+	r.transfer(0, 0, 0, false, []byte("small"))
+	select {
+	case got := <-col.deliveries:
+		if got.ID != 0 || string(got.Payload) != "small" {
+			t.Fatalf("delivery %+v", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery after the settled rejection did not arrive")
+	}
+}

@@ -89,7 +89,9 @@ func (s *Session) sendTransfer(l *Link, t *frames.Transfer, payload []byte) {
 		}
 		c.wakeWriter()
 	}
-	s.queue = append(s.queue, queuedTransfer{link: l, t: *t, payload: bytes.Clone(payload)})
+	q := queuedTransfer{link: l, t: *t, payload: bytes.Clone(payload)}
+	q.t.DeliveryTag = bytes.Clone(t.DeliveryTag) // the caller may reuse it
+	s.queue = append(s.queue, q)
 }
 
 // flushQueue sends queued frames as far as the peer's window now allows.
@@ -97,8 +99,21 @@ func (s *Session) sendTransfer(l *Link, t *frames.Transfer, payload []byte) {
 func (s *Session) flushQueue() {
 	c := s.conn
 	sent := false
-	for len(s.queue) > 0 && s.remoteIncomingWindow > 0 && c.writable() {
+	for len(s.queue) > 0 && c.writable() {
 		q := &s.queue[0]
+		if q.flow {
+			// A link flow held behind that link's transfers; flows do
+			// not count against the window.
+			if q.link.state == linkAttached {
+				s.writeFlow(&q.fl)
+			}
+			*q = queuedTransfer{}
+			s.queue = s.queue[1:]
+			continue
+		}
+		if s.remoteIncomingWindow == 0 {
+			break
+		}
 		out, rest, err := frames.AppendTransferFrame(c.out, s.outChannel, &q.t, q.payload, c.outFrameSize)
 		if err != nil {
 			l := q.link
@@ -125,6 +140,16 @@ func (s *Session) flushQueue() {
 	if sent {
 		c.wakeWriter()
 	}
+}
+
+// queuedFor reports whether frames of l's deliveries wait in the queue.
+func (s *Session) queuedFor(l *Link) bool {
+	for i := range s.queue {
+		if s.queue[i].link == l {
+			return true
+		}
+	}
+	return false
 }
 
 // Credit returns the peer's current credit on an outbound link.

@@ -189,7 +189,13 @@ func (r *rawClient) open(o frames.Open) *frames.Open {
 // begin starts a session on channel ch.
 func (r *rawClient) begin(ch uint16) *frames.Begin {
 	r.t.Helper()
-	r.send(ch, &frames.Begin{NextOutgoingID: 0, IncomingWindow: 5000, OutgoingWindow: 5000}, nil)
+	return r.beginWindow(ch, 5000)
+}
+
+// beginWindow starts a session whose incoming-window is w.
+func (r *rawClient) beginWindow(ch uint16, w uint32) *frames.Begin {
+	r.t.Helper()
+	r.send(ch, &frames.Begin{NextOutgoingID: 0, IncomingWindow: w, OutgoingWindow: 5000}, nil)
 	return expect[*frames.Begin](r)
 }
 

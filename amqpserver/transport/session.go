@@ -48,10 +48,17 @@ type inDelivery struct {
 	handlerSettled bool // the handler's disposition is out, the peer's settle awaited
 }
 
-// queuedTransfer is the unsent rest of a delivery.
+// queuedTransfer is the unsent rest of a delivery, or with flow set a
+// flow (fl) for link that must not overtake its queued transfers: the
+// peer counts the deliveries a flow's delivery-count covers as they
+// arrive (§2.6.7), so a drain answer ahead of the transfer that used the
+// credit would count it twice. The link's state in fl is taken when it is
+// queued, the session's when it is written.
 type queuedTransfer struct {
 	link    *Link
+	flow    bool
 	t       frames.Transfer
+	fl      frames.Flow
 	payload []byte
 }
 
@@ -229,18 +236,26 @@ func (s *Session) linkFor(handle uint32) (*Link, *frames.Error) {
 // must have once the begins are exchanged, servicebus-wire.md §2) and,
 // with l, that link's state. Sending it re-opens our incoming window.
 func (s *Session) appendFlow(l *Link) {
-	window := s.conn.srv.sessionWindow
-	fl := frames.Flow{
-		NextIncomingID: frames.Some(s.nextIncomingID),
-		IncomingWindow: window,
-		NextOutgoingID: s.nextOutgoingID,
-		OutgoingWindow: window,
-	}
+	var fl frames.Flow
 	if l != nil {
 		l.fillFlow(&fl)
+		if !l.inbound && s.queuedFor(l) {
+			s.queue = append(s.queue, queuedTransfer{link: l, flow: true, fl: fl})
+			return
+		}
 	}
+	s.writeFlow(&fl)
+}
+
+// writeFlow adds the session state to fl and queues it for the writer.
+func (s *Session) writeFlow(fl *frames.Flow) {
+	window := s.conn.srv.sessionWindow
+	fl.NextIncomingID = frames.Some(s.nextIncomingID)
+	fl.IncomingWindow = window
+	fl.NextOutgoingID = s.nextOutgoingID
+	fl.OutgoingWindow = window
 	s.inWindow = window
-	s.conn.appendFlow(s.outChannel, &fl)
+	s.conn.appendFlow(s.outChannel, fl)
 }
 
 // countIncomingFrame applies one incoming transfer frame to the window and
