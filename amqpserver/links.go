@@ -9,6 +9,7 @@ import (
 
 	"github.com/walbus/walbus/amqpserver/encoding"
 	"github.com/walbus/walbus/amqpserver/frames"
+	"github.com/walbus/walbus/amqpserver/message"
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/amqpserver/transport"
 	"github.com/walbus/walbus/broker"
@@ -73,7 +74,13 @@ func (sl *senderLink) Deliver(d transport.Delivery) {
 	// Deliver returns; inbound copies what it keeps.
 	msgs, err := inbound(d.Payload, d.MessageFormat)
 	if err != nil {
-		d.Settle(&frames.Rejected{Error: &frames.Error{Condition: condDecodeError, Description: err.Error()}})
+		cond := condDecodeError
+		if errors.Is(err, message.ErrNullAnnotation) {
+			// Well formed but refused: a condition the SDKs treat as
+			// final, not as a broken connection to recover.
+			cond = condNotAllowed
+		}
+		d.Settle(&frames.Rejected{Error: &frames.Error{Condition: encoding.Symbol(cond), Description: err.Error()}})
 		return
 	}
 	sl.e.Send(sl.queue, msgs, func(err error) {

@@ -110,7 +110,7 @@ func inboundOne(raw []byte) (projection.Message, error) {
 	}
 	ann, err := s.ReadClientAnnotations()
 	if err != nil {
-		return projection.Message{}, fmt.Errorf("%w: message annotations: %v", errBadMessage, err)
+		return projection.Message{}, fmt.Errorf("%w: message annotations: %w", errBadMessage, err)
 	}
 	if ann.HasScheduledEnqueueTime {
 		m.ScheduledAt = int64(ann.ScheduledEnqueueTime) * int64(time.Millisecond)

@@ -2,6 +2,8 @@ package amqpserver
 
 import (
 	"encoding/binary"
+	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -222,5 +224,40 @@ func TestDeliveryTagIsDotNetOrder(t *testing.T) {
 	}
 	if _, ok := tokenFromTag(binary.BigEndian.AppendUint64(nil, 1)); ok {
 		t.Fatal("an 8-byte tag is not a lock token")
+	}
+}
+
+// TestRequestDecodingIsBoundedBySize: a $management request decodes into
+// at most a few MiB more than its size. Nested arrays of nulls cost 9
+// bytes per inner array on the wire and a MiB each decoded; this 90 KB
+// request would be gigabytes, and a fixed 256 MiB budget let one request
+// allocate that much before failing.
+func TestRequestDecodingIsBoundedBySize(t *testing.T) {
+	const inner = 10000
+	arr := []byte{0xf0}
+	arr = binary.BigEndian.AppendUint32(arr, uint32(4+1+inner*9))
+	arr = binary.BigEndian.AppendUint32(arr, inner)
+	arr = append(arr, 0xf0)
+	for range inner {
+		arr = binary.BigEndian.AppendUint32(arr, 5)
+		arr = binary.BigEndian.AppendUint32(arr, 1<<16)
+		arr = append(arr, 0x40)
+	}
+	props := []byte{0x00, 0x53, 0x74, 0xd1}
+	props = binary.BigEndian.AppendUint32(props, uint32(4+3+len(arr)))
+	props = binary.BigEndian.AppendUint32(props, 2)
+	props = append(props, 0xa3, 1, 'a')
+	props = append(props, arr...)
+	payload := append([]byte{0x00, 0x53, 0x73, 0x45}, props...) // empty properties, then these
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := parseRequest(payload)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, encoding.ErrLimitExceeded) {
+		t.Fatalf("parse: %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 32<<20 {
+		t.Fatalf("a %d KB request allocated %d MiB before it was refused", len(payload)>>10, got>>20)
 	}
 }

@@ -41,7 +41,14 @@ func (r *rpcRequest) bodyMap() encoding.Map {
 	return m
 }
 
-var rpcLimits = encoding.Limits{MaxDepth: 16, MaxElements: 1 << 16, MaxBytes: 256 << 20}
+// rpcLimits bounds the decoded application properties and body of a
+// request by the request's size: a schedule-message body carries whole
+// messages, up to the link's max-message-size, but the decoded value may
+// only be a few times its encoding (an array of nulls is 16 bytes per
+// element decoded and none on the wire).
+func rpcLimits(payload []byte) encoding.Limits {
+	return encoding.Limits{MaxDepth: 16, MaxElements: 1 << 16, MaxBytes: 4<<20 + 2*len(payload)}
+}
 
 func parseRequest(payload []byte) (rpcRequest, error) {
 	var req rpcRequest
@@ -58,9 +65,10 @@ func parseRequest(payload []byte) (rpcRequest, error) {
 	req.messageID = props.MessageID
 	req.messageID.Bytes = bytes.Clone(props.MessageID.Bytes)
 	req.replyTo = string(props.ReplyTo)
+	lim := rpcLimits(payload)
 	if s.ApplicationProperties.Present() {
 		r := encoding.NewReader(s.ValueBytes(s.ApplicationProperties))
-		v, err := r.ReadAny(rpcLimits)
+		v, err := r.ReadAny(lim)
 		if err != nil {
 			return req, fmt.Errorf("application properties: %w", err)
 		}
@@ -68,7 +76,7 @@ func parseRequest(payload []byte) (rpcRequest, error) {
 	}
 	if s.Body.Present() && s.BodyKind == message.BodyValue {
 		r := encoding.NewReader(s.ValueBytes(s.Body))
-		if req.body, err = r.ReadAny(rpcLimits); err != nil {
+		if req.body, err = r.ReadAny(lim); err != nil {
 			return req, fmt.Errorf("body: %w", err)
 		}
 	}

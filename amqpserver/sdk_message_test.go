@@ -1,7 +1,9 @@
 package amqpserver
 
 import (
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,5 +184,92 @@ func TestSDKScheduleAndCancel(t *testing.T) {
 	defer cancel()
 	if extra, _ := r.ReceiveMessages(short, 1, nil); len(extra) != 0 {
 		t.Fatalf("the cancelled message arrived: %q", extra[0].Body)
+	}
+}
+
+// The annotations only the broker sets never go out with the client's
+// value: azservicebus's TestNilPartitionKey sends x-opt-locked-until,
+// x-opt-sequence-number and x-opt-enqueued-time null, which Service Bus
+// accepts and ignores, while x-opt-partition-key and
+// x-opt-deadletter-source pass through null. A peek and a
+// receive-and-delete carry no lock, so the broker sets no locked-until of
+// its own there; the client's null would make the SDK panic
+// (lockedUntil.(time.Time)).
+func TestSDKClientCannotSetBrokerAnnotations(t *testing.T) {
+	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	c := tb.client(t)
+	s, _ := c.NewSender("q1", nil)
+	for range 3 {
+		err := s.SendAMQPAnnotatedMessage(ctxT(t), &azservicebus.AMQPAnnotatedMessage{
+			MessageAnnotations: map[any]any{
+				"x-opt-partition-key":     nil,
+				"x-opt-deadletter-source": nil,
+				"x-opt-locked-until":      nil,
+				"x-opt-sequence-number":   nil,
+				"x-opt-enqueued-time":     nil,
+			},
+			Body: azservicebus.AMQPAnnotatedMessageBody{Value: "hello"},
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(how string, receive func() ([]*azservicebus.ReceivedMessage, error)) {
+		t.Helper()
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("%s: the SDK panicked: %v", how, r)
+			}
+		}()
+		msgs, err := receive()
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("%s: %d messages, %v", how, len(msgs), err)
+		}
+		m := msgs[0]
+		raw := m.RawAMQPMessage.MessageAnnotations
+		if v, ok := raw["x-opt-partition-key"]; !ok || v != nil {
+			t.Fatalf("%s: x-opt-partition-key %v (present %v), want the client's null", how, v, ok)
+		}
+		if m.SequenceNumber == nil || *m.SequenceNumber <= 0 || m.EnqueuedTime == nil || m.EnqueuedTime.IsZero() {
+			t.Fatalf("%s: sequence number %v, enqueued time %v", how, m.SequenceNumber, m.EnqueuedTime)
+		}
+	}
+	r, _ := c.NewReceiverForQueue("q1", nil)
+	check("peek", func() ([]*azservicebus.ReceivedMessage, error) { return r.PeekMessages(ctxT(t), 1, nil) })
+	check("peek-lock", func() ([]*azservicebus.ReceivedMessage, error) {
+		msgs, err := r.ReceiveMessages(ctxT(t), 1, nil)
+		if err == nil && (msgs[0].LockedUntil == nil || time.Until(*msgs[0].LockedUntil) <= 0) {
+			t.Fatalf("peek-lock: locked until %v", msgs[0].LockedUntil)
+		}
+		return msgs, err
+	})
+	rad, _ := c.NewReceiverForQueue("q1", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+	check("receive-and-delete", func() ([]*azservicebus.ReceivedMessage, error) { return rad.ReceiveMessages(ctxT(t), 1, nil) })
+}
+
+// A null x-opt-scheduled-enqueue-time, x-opt-message-state or
+// x-opt-enqueue-sequence-number is refused, as Service Bus refuses it
+// (TestNilPartitionKey's comment), at once and for good: stored, it would
+// make every Go receiver of the message panic.
+func TestSDKNullServiceBusAnnotationsRefused(t *testing.T) {
+	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	c := tb.client(t)
+	s, _ := c.NewSender("q1", nil)
+	for _, key := range []string{"x-opt-scheduled-enqueue-time", "x-opt-message-state", "x-opt-enqueue-sequence-number"} {
+		err := s.SendAMQPAnnotatedMessage(ctxT(t), &azservicebus.AMQPAnnotatedMessage{
+			MessageAnnotations: map[any]any{key: nil},
+			Body:               azservicebus.AMQPAnnotatedMessageBody{Value: key},
+		}, nil)
+		var amqpErr *amqp.Error
+		if !errors.As(err, &amqpErr) || amqpErr.Condition != amqp.ErrCondNotAllowed || !strings.Contains(amqpErr.Description, key) {
+			t.Fatalf("a message with a null %s: %v", key, err)
+		}
+	}
+	peeked, err := (func() ([]*azservicebus.ReceivedMessage, error) {
+		r, _ := c.NewReceiverForQueue("q1", nil)
+		return r.PeekMessages(ctxT(t), 10, nil)
+	})()
+	if err != nil || len(peeked) != 0 {
+		t.Fatalf("the queue holds %d messages (%v)", len(peeked), err)
 	}
 }

@@ -143,9 +143,10 @@ func (e *Entity) Attach(opts ReceiverOptions) (*Receiver, error) {
 		}
 		switch {
 		case q.Sessions() != nil && !opts.Sessions:
-			return nil, fmt.Errorf("%w: it is not possible for an entity that requires sessions to create a non-sessionful message receiver", projection.ErrNotAllowed)
+			// Service Bus's own words, which the Go SDK's tests look for.
+			return nil, fmt.Errorf("%w: It is not possible for an entity that requires sessions to create a non-sessionful message receiver.", projection.ErrNotAllowed)
 		case q.Sessions() == nil && opts.Sessions:
-			return nil, fmt.Errorf("%w: it is not possible for an entity that does not require sessions to create a session receiver", projection.ErrNotAllowed)
+			return nil, fmt.Errorf("%w: A sessionful message receiver cannot be created on an entity that does not require sessions. Ensure RequiresSession is set to true when creating a Queue or Subscription to enable sessionful behavior.", projection.ErrNotAllowed)
 		}
 		opts.Session = ""
 		e.nextID++

@@ -2,6 +2,8 @@ package frames
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/walbus/walbus/amqpserver/encoding"
@@ -72,5 +74,33 @@ func TestExtraFieldsIgnored(t *testing.T) {
 	var c Close
 	if err := c.Decode(hexbytes.Parse(t, "00 53 18 C0 05 02 40 A1 01 78")); err != nil || c.Error != nil {
 		t.Fatalf("%+v %v", c, err)
+	}
+}
+
+// TestDynamicFieldsAreBounded: the dynamic values of a performative
+// (here an attach's properties) decode within small limits. An array of
+// nulls costs no bytes per element on the wire; a million of them in an
+// attach would otherwise be a 16 MiB value kept for the link's life. A
+// thousand real properties still decode.
+func TestDynamicFieldsAreBounded(t *testing.T) {
+	nulls := []byte{0xf0, 0, 0, 0, 5, 0, 0x10, 0, 0, 0x40} // array32: 2^20 nulls
+	props := append([]byte{0xc1, byte(4 + len(nulls)), 2, 0xa3, 1, 'a'}, nulls...)
+	perf := hexbytes.Parse(t, "00 53 12 C0")
+	fields := append(hexbytes.Parse(t, "A1 01 78 43 42 40 40 40 40 40 40 40 40 40 40"), props...)
+	perf = append(perf, byte(1+len(fields)), 14)
+	perf = append(perf, fields...)
+	var a Attach
+	if err := a.Decode(perf); !errors.Is(err, encoding.ErrLimitExceeded) {
+		t.Fatalf("attach with a million-null property: %v, properties %d entries", err, len(a.Properties))
+	}
+
+	var many encoding.Map
+	for i := range 1000 {
+		many = append(many, encoding.MapEntry{Key: encoding.Symbol(fmt.Sprintf("p%d", i)), Value: strings.Repeat("v", 100)})
+	}
+	in := Attach{Name: "x", Role: RoleSender, Properties: many}
+	var out Attach
+	if err := out.Decode(in.AppendTo(nil)); err != nil || len(out.Properties) != 1000 {
+		t.Fatalf("attach with 1000 properties: %v, %d entries", err, len(out.Properties))
 	}
 }

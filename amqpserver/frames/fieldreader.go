@@ -142,13 +142,21 @@ func whole(in *encoding.Reader, err error) error {
 	return nil
 }
 
+// fieldLimits bounds each dynamic value in a performative (fields maps,
+// filters, error info, properties to modify). The SDKs put a few entries
+// there, and some of these values live as long as their link, so a frame
+// of a hundred bytes must not decode into megabytes: an array of nulls
+// costs no bytes per element on the wire, and the default limits allow
+// 64 MiB per value.
+var fieldLimits = encoding.Limits{MaxDepth: 16, MaxElements: 4096, MaxBytes: 256 << 10}
+
 // readAny decodes a dynamic value through a copy of r. ReadAny is
 // recursive, so escape analysis assumes its Reader escapes; handing it a
 // copy confines that heap allocation to the rare frames with dynamic
 // fields instead of every decode of every performative.
 func readAny(r *encoding.Reader) (any, error) {
 	sub := *r
-	v, err := sub.ReadAny(encoding.Limits{})
+	v, err := sub.ReadAny(fieldLimits)
 	if err != nil {
 		return nil, err
 	}

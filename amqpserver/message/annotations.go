@@ -1,6 +1,7 @@
 package message
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/walbus/walbus/amqpserver/encoding"
@@ -22,6 +23,22 @@ const (
 	// AnnotationLockToken is a delivery annotation, not a message one.
 	AnnotationLockToken = "x-opt-lock-token"
 )
+
+// ErrNullAnnotation reports a message annotation that Service Bus does not
+// accept as null.
+var ErrNullAnnotation = errors.New("a Service Bus message annotation must not be null")
+
+// brokerOwned reports the annotations only the broker sets: a client's
+// value never goes out with the message, even where the broker sets none
+// (x-opt-locked-until on a peek), as Service Bus ignores them on send and
+// the Go SDK panics on a null one.
+func brokerOwned(key []byte) bool {
+	switch string(key) {
+	case AnnotationLockedUntil, AnnotationSequenceNumber, AnnotationEnqueuedTime, AnnotationMessageState:
+		return true
+	}
+	return false
+}
 
 // ClientAnnotations are the message annotations a broker acts on when a
 // client sends a message.
@@ -50,6 +67,12 @@ func (s *Sections) ReadClientAnnotations() (ClientAnnotations, error) {
 		}
 		r := encoding.NewReader(it.Value())
 		if r.IsNull() {
+			switch string(key) {
+			case AnnotationScheduledEnqueueTime, AnnotationMessageState, AnnotationEnqueueSequenceNumber:
+				// Service Bus refuses these null (servicebus-wire.md §5);
+				// the Go SDK panics on receiving one.
+				return a, fmt.Errorf("%w: %s is null", ErrNullAnnotation, key)
+			}
 			continue
 		}
 		var err error

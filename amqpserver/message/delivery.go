@@ -54,7 +54,8 @@ func AppendDelivery(dst []byte, s *Sections, d *Delivery) ([]byte, error) {
 }
 
 // appendAnnotations writes the merged message-annotations section, or
-// nothing when there is nothing to write.
+// nothing when there is nothing to write. The client's annotations stay
+// but for those in set and those only the broker sets (brokerOwned).
 func appendAnnotations(dst []byte, s *Sections, set []Annotation) ([]byte, error) {
 	if !s.MessageAnnotations.Present() && len(set) == 0 {
 		return dst, nil
@@ -87,6 +88,9 @@ func overridden(encodedKey []byte, set []Annotation) bool {
 	text, ok := KeyText(encodedKey)
 	if !ok {
 		return false
+	}
+	if brokerOwned(text) {
+		return true
 	}
 	for i := range set {
 		if string(text) == set[i].Key {
