@@ -150,7 +150,7 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		return nil, rec, err
 	}
 	b.lock = lock
-	ns, rep, err := log.Open(layout.NamespaceDir(opts.Dir), b.logOptions("", nil))
+	ns, rep, err := log.Open(layout.NamespaceDir(opts.Dir), b.logOptions("", nil, nil))
 	if err != nil {
 		lock.Unlock()
 		return nil, rec, fmt.Errorf("open namespace log: %w", err)
@@ -251,9 +251,9 @@ func (b *Broker) removeOrphans(live map[uint64]string) error {
 	return nil
 }
 
-func (b *Broker) logOptions(entity string, onCommit func(log.CommitStats)) log.Options {
+func (b *Broker) logOptions(entity string, onCommit func(log.CommitStats), onFail func(error)) log.Options {
 	o := log.Options{Sync: b.opts.Sync, SyncInterval: b.opts.SyncInterval, SegmentSize: b.opts.SegmentSize,
-		Repair: b.opts.Repair, OnCommit: onCommit}
+		Repair: b.opts.Repair, OnCommit: onCommit, OnFail: onFail}
 	if b.opts.IdleCheckpoint > 0 {
 		// An idle log lets go of its tail before the idle check looks at
 		// it, so that the check finds the segment it closed.

@@ -162,6 +162,12 @@ func (e *Entity) run() {
 // settleDown runs after every batch of requests: hand out what the new state
 // allows, re-arm the timer, and take a snapshot when one is due.
 func (e *Entity) settleDown() {
+	if err := e.log.Err(); err != nil && e.failed == nil {
+		// A write failed on the log's goroutine after its events were
+		// applied here (OnFail woke us): the state may be ahead of the
+		// log even if nothing else is written.
+		e.fail(err)
+	}
 	if e.failed == nil {
 		e.durable = e.log.DurableIndex()
 		e.cache.evict(e.durable)

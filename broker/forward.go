@@ -16,7 +16,9 @@ import (
 // forwards goes to the end of its forwarding chain instead, as one atomic
 // append there, so nothing is ever in flight between two logs. Schedule and
 // cancel follow the same chain, so the SequenceNumbers a schedule returns
-// can be cancelled through the entity the client named.
+// can be cancelled through the entity the client named. The entities on
+// the way apply their size limits, but not their duplicate detection: they
+// store nothing, so they remember no MessageIds (Service Bus's would).
 //
 // ForwardDeadLetteredMessagesTo moves messages that land in the dead-letter
 // queue. They are dead-lettered in their own log first (the reason is
@@ -38,14 +40,17 @@ const ForwardReceiver = "$forward"
 // ErrForwarding is returned for forwarding settings that cannot work.
 var ErrForwarding = errors.New("invalid forwarding")
 
-// forwardTarget is where a send to e's queue ends up: e itself, or the
-// entity at the end of its ForwardTo chain. A chain that names an entity
-// that no longer exists stops before it, so messages are kept, not lost.
-func (e *Entity) forwardTarget(queue uint32) *Entity {
-	if queue != log.MainQueue {
-		return e
-	}
+// forwardTarget is where a send to e's queue is stored: e itself, or the
+// entity at the end of its ForwardTo chain, at most MaxForwardHops away. A
+// chain that names an entity that no longer exists stops before it, so
+// messages are kept, not lost. Each entity a message passes through
+// accepts it first, so its size limit applies too: the error is for msgs
+// that one of them refuses.
+func (e *Entity) forwardTarget(queue uint32, msgs []projection.Message) (*Entity, error) {
 	cur := e
+	if queue != log.MainQueue {
+		return cur, nil
+	}
 	for range MaxForwardHops {
 		cfg := cur.cfg.Load()
 		if cfg == nil || cfg.ForwardTo == "" {
@@ -56,15 +61,20 @@ func (e *Entity) forwardTarget(queue uint32) *Entity {
 			e.logger().Warn("forwarding target missing; keeping the message", "forward_to", cfg.ForwardTo, "at", cur.name)
 			break
 		}
+		for _, m := range msgs {
+			if len(m.Body) > cfg.MaxMessageSize {
+				return nil, fmt.Errorf("%w: %d bytes, limit %d (%s)", projection.ErrMessageTooLarge, len(m.Body), cfg.MaxMessageSize, cur.name)
+			}
+		}
 		cur = next
 	}
-	return cur
+	return cur, nil
 }
 
 // checkForwarding validates the forwarding settings of cfg for entity name
 // against the entities that exist (called with b.mu held): targets exist,
-// are not name itself, and ForwardTo chains stay within MaxForwardHops
-// without coming back.
+// are not name itself, and every ForwardTo chain through name, from
+// wherever it starts, stays within MaxForwardHops without coming back.
 func (b *Broker) checkForwarding(name string, cfg projection.Config) error {
 	for _, target := range []string{cfg.ForwardTo, cfg.ForwardDeadLetteredMessagesTo} {
 		if target == "" {
@@ -80,26 +90,38 @@ func (b *Broker) checkForwarding(name string, cfg projection.Config) error {
 	if cfg.ForwardTo == "" {
 		return nil
 	}
-	seen := map[string]bool{strings.ToLower(name): true}
-	hops, next := 1, cfg.ForwardTo
-	for next != "" {
-		key := strings.ToLower(next)
-		if seen[key] {
-			return fmt.Errorf("%w: forwarding from %s comes back to %s", ErrForwarding, name, next)
+	self := strings.ToLower(name)
+	forwardOf := func(key string) string {
+		if key == self {
+			return strings.ToLower(cfg.ForwardTo)
 		}
-		seen[key] = true
-		e, ok := b.entities[key]
-		if !ok {
-			break
+		if e, ok := b.entities[key]; ok {
+			if c := e.cfg.Load(); c != nil {
+				return strings.ToLower(c.ForwardTo)
+			}
 		}
-		cfg := e.cfg.Load()
-		if cfg == nil || cfg.ForwardTo == "" {
-			break
+		return ""
+	}
+	starts := []string{self}
+	for key := range b.entities {
+		if key != self {
+			starts = append(starts, key)
 		}
-		if hops++; hops > MaxForwardHops {
-			return fmt.Errorf("%w: forwarding from %s takes more than %d hops", ErrForwarding, name, MaxForwardHops)
+	}
+	for _, start := range starts {
+		seen := map[string]bool{start: true}
+		through := start == self
+		hops := 0
+		for next := forwardOf(start); next != ""; next = forwardOf(next) {
+			if seen[next] {
+				return fmt.Errorf("%w: forwarding from %s comes back to %s", ErrForwarding, name, next)
+			}
+			seen[next] = true
+			through = through || next == self
+			if hops++; hops > MaxForwardHops && through {
+				return fmt.Errorf("%w: forwarding from %s through %s takes more than %d hops", ErrForwarding, start, name, MaxForwardHops)
+			}
 		}
-		next = cfg.ForwardTo
 	}
 	return nil
 }
@@ -219,7 +241,11 @@ func (e *Entity) forwardFailed(err error) {
 // dead-letter queue (see projection.Forward) to the main queue, following
 // this entity's own ForwardTo chain; done runs once it is durable.
 func (e *Entity) sendForwarded(msg projection.Message, fw *projection.Forward, done func(error)) {
-	t := e.forwardTarget(log.MainQueue)
+	t, err := e.forwardTarget(log.MainQueue, []projection.Message{msg})
+	if err != nil {
+		done(err)
+		return
+	}
 	t.do(done, func(t *Entity) ([]log.Event, error) {
 		return t.decide(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{msg}, Forward: fw})
 	})

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +12,8 @@ import (
 	"github.com/walbus/walbus/projection"
 )
 
-func forwardingTo(target string) projection.Config {
+// deadLettersTo forwards dead-lettered messages to target.
+func deadLettersTo(target string) projection.Config {
 	cfg := projection.DefaultConfig()
 	cfg.ForwardDeadLetteredMessagesTo = target
 	return cfg
@@ -71,7 +73,7 @@ func TestForwardExactlyOnceAcrossAFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := b.CreateQueue("src", forwardingTo("dst"))
+	src, err := b.CreateQueue("src", deadLettersTo("dst"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +118,7 @@ func TestForwardResumesAfterRestart(t *testing.T) {
 	if _, err := b.CreateQueue("dst", projection.DefaultConfig()); err != nil {
 		t.Fatal(err)
 	}
-	src, err := b.CreateQueue("src", forwardingTo("dst"))
+	src, err := b.CreateQueue("src", deadLettersTo("dst"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,15 +143,11 @@ func TestForwardResumesAfterRestart(t *testing.T) {
 func TestForwardingValidated(t *testing.T) {
 	b := openBroker(t, Options{Dir: t.TempDir()})
 	defer b.Close()
-	to := func(name string) projection.Config {
-		cfg := projection.DefaultConfig()
-		cfg.ForwardTo = name
-		return cfg
-	}
+	to := forwardTo
 	for _, c := range []struct {
 		name string
 		cfg  projection.Config
-	}{{"a", to("missing")}, {"a", to("a")}, {"a", forwardingTo("missing")}} {
+	}{{"a", to("missing")}, {"a", to("a")}, {"a", deadLettersTo("missing")}} {
 		if _, err := b.CreateQueue(c.name, c.cfg); !errors.Is(err, ErrForwarding) {
 			t.Fatalf("create %s with %+v: %v", c.name, c.cfg, err)
 		}
@@ -169,4 +167,152 @@ func TestForwardingValidated(t *testing.T) {
 	if err := b.UpdateQueue("q1", to("q4")); !errors.Is(err, ErrForwarding) {
 		t.Fatalf("a cycle: %v", err)
 	}
+}
+
+// A dead-lettered message is forwarded (ForwardDeadLetteredMessagesTo)
+// only once its dead-lettering is durable: here that write is held (a slow
+// disk) and then fails, the client is told the dead-letter failed, and the
+// recovered source has the message in its queue again, so the target must
+// not have it too.
+func TestDeadLetterForwardWaitsForDurability(t *testing.T) {
+	var armed atomic.Bool
+	var dstReady atomic.Pointer[Entity]
+	b := openBroker(t, Options{Dir: t.TempDir(),
+		Fault: func(entity, op string) error {
+			if entity != "src" || op != "write" || !armed.CompareAndSwap(true, false) {
+				return nil
+			}
+			// Hold the source's write of the DeadLettered record a while (a
+			// slow disk), then fail it; a forward that does not wait for it
+			// shows up in dst meanwhile.
+			deadline := time.Now().Add(time.Second)
+			for time.Now().Before(deadline) {
+				if d := dstReady.Load(); d != nil {
+					if c, err := d.Counts(log.MainQueue); err == nil && c.Total > 0 {
+						break
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			return errors.New("injected write failure")
+		},
+	})
+	defer b.Close()
+	dst, err := b.CreateQueue("dst", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dstReady.Store(dst)
+	src, err := b.CreateQueue("src", deadLettersTo("dst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendSync(t, src, projection.Message{Body: []byte("m1"), MessageID: "m1"})
+	got := make(chan Delivery, 1)
+	r, err := src.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { got <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetLimit(1)
+	d := <-got
+	armed.Store(true)
+	done := make(chan error, 1)
+	src.Settle(log.MainQueue, Settlement{Token: d.Token, Outcome: projection.DeadLetter, Reason: "poison"}, func(err error) { done <- err })
+	settleErr := <-done
+	if settleErr == nil {
+		t.Fatal("the dead-letter succeeded despite the failed write")
+	}
+	// The source recovers by itself (it reopens and replays).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := src.Sync(); err == nil {
+			if ds, err := src.Peek(log.MainQueue, 1, 10, ""); err == nil && len(ds) > 0 && ds[0].MessageID == "m1" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			c, _ := src.Counts(log.MainQueue)
+			cdl, _ := src.Counts(log.DeadLetterQueue)
+			cd, _ := dst.Counts(log.MainQueue)
+			t.Fatalf("source did not recover with its message: %+v dlq %+v dst %+v sync %v", c, cdl, cd, src.Sync())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	dst.Sync()
+	cd, _ := dst.Counts(log.MainQueue)
+	if cd.Total != 0 {
+		t.Fatalf("the dead-letter failed (client told %q) and m1 is back in src's queue, yet dst received it by dead-letter forwarding (dst holds %d)", settleErr, cd.Total)
+	}
+}
+
+// The hop limit holds for every chain through the entity whose forwarding
+// changes, not only the one starting there: q5 -> q4 -> q3 -> q2 -> q1 is
+// four hops, and then q1 -> q0 would make it five.
+func TestForwardingHopsCountedFromEveryStart(t *testing.T) {
+	b := openBroker(t, Options{Dir: t.TempDir()})
+	defer b.Close()
+	for _, name := range []string{"q0", "q1"} {
+		if _, err := b.CreateQueue(name, projection.DefaultConfig()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 2; i <= 5; i++ {
+		if _, err := b.CreateQueue(fmt.Sprint("q", i), forwardTo(fmt.Sprint("q", i-1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := b.UpdateQueue("q1", forwardTo("q0"))
+	if !errors.Is(err, ErrForwarding) || !strings.Contains(err.Error(), "q5") {
+		t.Fatalf("q1 -> q0 making q5's chain five hops: %v", err)
+	}
+	// One hop shorter is fine, and a send follows it to the end.
+	if err := b.UpdateQueue("q5", projection.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.UpdateQueue("q1", forwardTo("q0")); err != nil {
+		t.Fatal(err)
+	}
+	q4, _ := b.Entity("q4")
+	q0, _ := b.Entity("q0")
+	sendSync(t, q4, projection.Message{Body: []byte("x"), MessageID: "m"})
+	if c, _ := q0.Counts(log.MainQueue); c.Total != 1 {
+		t.Fatalf("q0 holds %d messages after a send to q4, want 1", c.Total)
+	}
+}
+
+// Each entity a message passes through accepts it first, so a source's
+// smaller maximum message size refuses what its target would take.
+func TestForwardToKeepsSourceMaxMessageSize(t *testing.T) {
+	b := openBroker(t, Options{Dir: t.TempDir()})
+	defer b.Close()
+	dst, err := b.CreateQueue("dst", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := forwardTo("dst")
+	cfg.MaxMessageSize = 100
+	src, err := b.CreateQueue("src", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan error, 1)
+	src.Send(log.MainQueue, []projection.Message{{Body: make([]byte, 1000)}}, func(err error) { ch <- err })
+	if err := <-ch; !errors.Is(err, projection.ErrMessageTooLarge) {
+		t.Fatalf("a 1000-byte send to src (limit 100 bytes): %v", err)
+	}
+	src.Schedule(log.MainQueue, []projection.Message{{Body: make([]byte, 1000)}}, func(_ []uint64, err error) { ch <- err })
+	if err := <-ch; !errors.Is(err, projection.ErrMessageTooLarge) {
+		t.Fatalf("a 1000-byte schedule through src: %v", err)
+	}
+	sendSync(t, src, projection.Message{Body: make([]byte, 100)})
+	if c, _ := dst.Counts(log.MainQueue); c.Total != 1 {
+		t.Fatalf("dst holds %d messages, want the one within the limit", c.Total)
+	}
+}
+
+// forwardTo forwards every message sent to target.
+func forwardTo(target string) projection.Config {
+	cfg := projection.DefaultConfig()
+	cfg.ForwardTo = target
+	return cfg
 }

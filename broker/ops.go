@@ -14,14 +14,15 @@ import (
 // Send takes ownership of the messages' Body slices. done runs on a broker
 // goroutine and must not block.
 func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error)) {
-	if t := e.forwardTarget(queue); t != e {
-		t.Send(queue, msgs, done)
+	t, err := e.forwardTarget(queue, msgs)
+	if err != nil {
+		done(err)
 		return
 	}
 	// Even when every message is a duplicate (no events), done waits for
 	// whatever came before: the original may not be durable yet.
-	e.do(done, func(e *Entity) ([]log.Event, error) {
-		return e.decide(projection.Send{Queue: queue, Messages: msgs})
+	t.do(done, func(t *Entity) ([]log.Event, error) {
+		return t.decide(projection.Send{Queue: queue, Messages: msgs})
 	})
 }
 
@@ -29,11 +30,12 @@ func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error))
 // stored (scheduled or, if due already, enqueued), in order. Duplicates
 // dropped by duplicate detection have none.
 func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]uint64, error)) {
-	if t := e.forwardTarget(queue); t != e {
-		t.Schedule(queue, msgs, done)
+	t, err := e.forwardTarget(queue, msgs)
+	if err != nil {
+		done(nil, err)
 		return
 	}
-	err := e.post(func(e *Entity) {
+	err = t.post(func(e *Entity) {
 		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs})
 		if err != nil {
 			done(nil, err)
@@ -59,12 +61,9 @@ func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]u
 // Cancel withdraws scheduled messages; numbers no longer scheduled are
 // ignored. done runs once the cancellation is durable.
 func (e *Entity) Cancel(queue uint32, seqs []uint64, done func(error)) {
-	if t := e.forwardTarget(queue); t != e {
-		t.Cancel(queue, seqs, done)
-		return
-	}
-	e.do(done, func(e *Entity) ([]log.Event, error) {
-		return e.decide(projection.Cancel{Queue: queue, Seqs: seqs})
+	t, _ := e.forwardTarget(queue, nil)
+	t.do(done, func(t *Entity) ([]log.Event, error) {
+		return t.decide(projection.Cancel{Queue: queue, Seqs: seqs})
 	})
 }
 

@@ -14,15 +14,18 @@ import (
 // state and durable index; rec reports what it did.
 func (e *Entity) load(rec *EntityRecovery) error {
 	b := e.b
-	l, rep, err := log.Open(layout.LogDir(e.dir), b.logOptions(e.name, func(s log.CommitStats) {
+	wake := func() {
 		select {
 		case e.wake <- struct{}{}:
 		default:
 		}
+	}
+	l, rep, err := log.Open(layout.LogDir(e.dir), b.logOptions(e.name, func(s log.CommitStats) {
+		wake()
 		if b.opts.OnCommit != nil {
 			b.opts.OnCommit(e.name, s)
 		}
-	}))
+	}, func(error) { wake() })) // settleDown finds the log's error
 	if err != nil {
 		return fmt.Errorf("entity %s: %w", e.name, err)
 	}

@@ -77,6 +77,12 @@ type Options struct {
 	// timer's, or Close's), so a watcher learns when DurableIndex moves. It
 	// must not block.
 	OnCommit func(CommitStats)
+	// OnFail, if set, is called once, when a write, fsync or segment
+	// change fails and the log takes its sticky error (Err), whichever
+	// goroutine found it: an owner that applied records ahead of their
+	// durability must learn that they may be lost even when it writes
+	// nothing more. It must not block or call the log.
+	OnFail func(error)
 	// Fault, if set, is asked before every write ("write") and fsync
 	// ("sync"); an error it returns is treated as that operation failing.
 	// It is the fault-injection layer for tests (a full disk, a failing
@@ -750,6 +756,9 @@ func (l *Log) fail(err error) {
 func (l *Log) failLocked(err error) {
 	if l.err == nil {
 		l.err = &failedError{err: err}
+		if l.opts.OnFail != nil {
+			l.opts.OnFail(l.err)
+		}
 	}
 	l.space.Broadcast()
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -604,5 +605,42 @@ func TestCommitForgetsCallbacks(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A write that fails on the writer goroutine is told to OnFail once, with
+// the log's sticky error, whether or not anyone waits on the records: the
+// owner of a lazy append learns of it without writing again.
+func TestOnFailReportsAWriteFailure(t *testing.T) {
+	var fail atomic.Bool
+	failures := make(chan error, 4)
+	l, _ := openT(t, t.TempDir(), Options{Sync: SyncAlways, SyncInterval: 20 * time.Millisecond,
+		Fault: func(op string) error {
+			if op == "write" && fail.Load() {
+				return errors.New("injected")
+			}
+			return nil
+		},
+		OnFail: func(err error) { failures <- err }})
+	appendWait(t, l, []Event{enq(10)})
+	fail.Store(true)
+	if _, err := l.AppendLazy([]Event{enq(10)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-failures:
+		if !errors.Is(err, ErrFailed) || !errors.Is(l.Err(), ErrFailed) {
+			t.Fatalf("OnFail got %v, Err %v", err, l.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a failed write was never reported to OnFail")
+	}
+	if _, err := l.Append([]Event{enq(10)}, nil); !errors.Is(err, ErrFailed) {
+		t.Fatalf("append after the failure: %v", err)
+	}
+	select {
+	case err := <-failures:
+		t.Fatalf("OnFail called again: %v", err)
+	case <-time.After(100 * time.Millisecond):
 	}
 }

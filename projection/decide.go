@@ -71,8 +71,10 @@ type Activate struct {
 }
 
 // Lock takes up to Max available messages for a peek-lock receiver, oldest
-// first. A session receiver names the session it holds. Messages with a
-// SequenceNumber above Limit (not yet durable) are not handed out.
+// first. A session receiver names the session it holds. Messages whose
+// arrival in the queue is above Limit (not yet durable: the SequenceNumber,
+// or in a dead-letter queue the record that moved the message there) are
+// not handed out.
 type Lock struct {
 	Queue    uint32
 	Receiver string
@@ -409,7 +411,7 @@ func (d *decision) take(no uint32, receiver, session string, max int, limit uint
 		if seq > limit {
 			break
 		}
-		if expired[seq] {
+		if expired[seq] || isDeadLetterQueue(no) && q.arrival(seq) > limit {
 			continue
 		}
 		if peekLock {

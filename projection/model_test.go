@@ -335,6 +335,9 @@ func (d *mDecision) take(no uint32, receiver, session string, max int, limit uin
 		if expired[msg.seq] || sessions && msg.session != session {
 			continue
 		}
+		if no&1 == 1 && len(msg.overlays) > 0 && msg.overlays[len(msg.overlays)-1] > limit {
+			continue // in a dead-letter queue: every record that changed it must be durable
+		}
 		if peekLock {
 			d.emit(log.Event{Type: log.Locked, Queue: no, Seq: msg.seq, Token: index.MakeToken(msg.seq, mix(nonce, msg.seq)),
 				Until: until, Receiver: receiver})

@@ -125,6 +125,16 @@ func (q *Queue) Message(seq uint64) (index.Meta, bool) { return q.msgs.Get(seq) 
 // Lock returns the lock on message seq.
 func (q *Queue) Lock(seq uint64) (index.Lock, bool) { return q.locks.Get(seq) }
 
+// arrival is the index of the record that put message seq where it is:
+// in a dead-letter queue the last of its overlays (the dead-lettering, or
+// a later change to its properties), elsewhere its SequenceNumber.
+func (q *Queue) arrival(seq uint64) uint64 {
+	if refs := q.overlays[seq]; len(refs) > 0 && isDeadLetterQueue(q.No) {
+		return refs[len(refs)-1].Index
+	}
+	return seq
+}
+
 // Overlays returns the records that modify message seq, oldest first.
 func (q *Queue) Overlays(seq uint64) []Ref { return q.overlays[seq] }
 
