@@ -495,14 +495,20 @@ func (d *decision) lockBySeq(c LockBySeq) error {
 func (d *decision) heldLock(q *Queue, token log.LockToken) (uint64, index.Meta, error) {
 	seq := index.TokenSeq(token)
 	lk, ok := q.locks.Get(seq)
-	if !ok || lk.Token != token || lk.Until <= d.now {
+	if !ok || lk.Token != token {
 		return 0, index.Meta{}, ErrLockLost
 	}
 	m, _ := q.msgs.Get(seq)
 	if m.Session != 0 {
+		// A session's messages are held by the session's lock: when it
+		// has run out, that is what the client is told, even before the
+		// timer has released the session.
 		if s := q.sessions.ByNo(m.Session); s == nil || s.Owner == "" || s.LockedUntil <= d.now {
 			return 0, index.Meta{}, ErrSessionLockLost
 		}
+	}
+	if lk.Until <= d.now {
+		return 0, index.Meta{}, ErrLockLost
 	}
 	return seq, m, nil
 }

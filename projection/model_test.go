@@ -367,13 +367,16 @@ func (d *mDecision) expireDue(no uint32) map[uint64]bool {
 
 func (d *mDecision) held(no uint32, token log.LockToken) (*mMsg, error) {
 	msg := d.m.msgs[index.TokenSeq(token)]
-	if msg == nil || msg.queue != no || msg.state != index.Locked || msg.token != token || msg.lockUntil <= d.now {
+	if msg == nil || msg.queue != no || msg.state != index.Locked || msg.token != token {
 		return nil, ErrLockLost
 	}
 	if d.m.cfg.RequiresSession && no == log.MainQueue && msg.session != "" {
 		if s := d.m.sessions[msg.session]; s == nil || s.owner == "" || s.until <= d.now {
 			return nil, ErrSessionLockLost
 		}
+	}
+	if msg.lockUntil <= d.now {
+		return nil, ErrLockLost
 	}
 	return msg, nil
 }

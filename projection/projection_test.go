@@ -2,6 +2,7 @@ package projection
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -160,5 +161,45 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 				return
 			}
 		}
+	}
+}
+
+// Settling a session's message after the session's lock ran out, before
+// any timer released the session, reports the session's lock as lost: it
+// is what held the message (Service Bus says SessionLockLost there).
+func TestSettleAfterTheSessionLockRanOut(t *testing.T) {
+	e := New()
+	var index uint64
+	run := func(cmd Command, at int64) ([]log.Event, error) {
+		t.Helper()
+		evs, err := e.Decide(cmd, at)
+		for i := range evs {
+			index++
+			evs[i].Index = index
+			if err := e.Apply(&evs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return evs, err
+	}
+	cfg := DefaultConfig()
+	cfg.RequiresSession = true
+	const start = int64(1_700_000_000_000_000_000)
+	if _, err := run(Configure{Name: "q", Config: cfg}, start); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(Send{Queue: log.MainQueue, Messages: []Message{{Body: []byte("m"), SessionID: "s"}}}, start); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(AcceptSession{Queue: log.MainQueue, SessionID: "s", Receiver: "r"}, start); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := run(Lock{Queue: log.MainQueue, Receiver: "r", Session: "s", Max: 1, Limit: index, Nonce: 7}, start)
+	if err != nil || len(evs) != 1 || evs[0].Type != log.Locked {
+		t.Fatalf("lock: %v %v", evs, err)
+	}
+	later := start + int64(cfg.LockDuration) + 1
+	if _, err := run(Settle{Queue: log.MainQueue, Token: evs[0].Token, Outcome: Complete}, later); !errors.Is(err, ErrSessionLockLost) {
+		t.Fatalf("complete after the session lock ran out: %v", err)
 	}
 }
