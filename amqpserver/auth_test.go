@@ -3,12 +3,14 @@ package amqpserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/walbus/walbus/amqpserver/sas"
+	"github.com/walbus/walbus/amqpserver/transport"
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/projection"
 )
@@ -198,5 +200,173 @@ func TestTokenForTheExactAddress(t *testing.T) {
 				t.Fatalf("attach to %s with a token for %s: %v, want unauthorized-access", c.refused, c.path, err)
 			}
 		})
+	}
+}
+
+// A token for q1 authorises q1 and what lies under it, whatever put-token
+// name the client asks for: a name without a scheme with "://" further on
+// (which a scheme-cutting parser restarts at) gets no claim on q2, nor on
+// the whole namespace.
+func TestTokenForOneQueueNeverReachesAnother(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	if _, err := b.CreateQueue("q2", projection.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	key := sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE"}
+	token := sas.Sign("sb://"+addr+"/q1", key, time.Now().Add(time.Hour), sas.JSStyle)
+	for _, requested := range []string{
+		addr + "/q1/x://" + addr + "/q2", // would be a claim on q2
+		addr + "/q1/x://h",               // would be a claim on the namespace
+	} {
+		conn := dial(t, addr, &amqp.ConnOptions{SASLType: amqp.SASLTypeAnonymous()})
+		if status, desc := putTokenRaw(t, conn, requested, token); status == 202 {
+			t.Errorf("put-token %q with a token for q1: %d %s, want a refusal", requested, status, desc)
+		}
+		sess, err := conn.NewSession(ctxT(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sess.NewReceiver(ctxT(t), "q2", nil)
+		var amqpErr *amqp.Error
+		if !errors.As(err, &amqpErr) || amqpErr.Condition != "amqp:unauthorized-access" {
+			t.Errorf("receiving from q2 with a token for q1 (put-token name %q): %v, want unauthorized-access", requested, err)
+		}
+	}
+}
+
+// A put-token that replaces a claim with one ending sooner re-arms the
+// expiry watch: once the new token is over, the link it covers is
+// detached, not an hour later when the replaced one would have ended.
+func TestShorterReplacementTokenDetaches(t *testing.T) {
+	_, addr := startRaw(t, Config{})
+	conn := dial(t, addr, &amqp.ConnOptions{SASLType: amqp.SASLTypeAnonymous()})
+	key := sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE"}
+	audience := "amqp://" + addr + "/q1"
+	if status, desc := putTokenRaw(t, conn, audience, sas.Sign(audience, key, time.Now().Add(time.Hour), sas.GoStyle)); status != 202 {
+		t.Fatalf("put-token: %d %s", status, desc)
+	}
+	sess, _ := conn.NewSession(ctxT(t), nil)
+	rcv, err := sess.NewReceiver(ctxT(t), "q1", &amqp.ReceiverOptions{Credit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, desc := putTokenRaw(t, conn, audience, sas.Sign(audience, key, time.Now().Add(1500*time.Millisecond), sas.GoStyle)); status != 202 {
+		t.Fatalf("put-token: %d %s", status, desc)
+	}
+	ctx, cancel := contextWithTimeout(t, 10*time.Second)
+	defer cancel()
+	msg, err := rcv.Receive(ctx, nil)
+	var linkErr *amqp.LinkError
+	if err == nil || !errors.As(err, &linkErr) || linkErr.RemoteErr == nil || linkErr.RemoteErr.Condition != "amqp:unauthorized-access" {
+		t.Fatalf("receive once the replacement token is over: %v %v, want the link detached with unauthorized-access", msg, err)
+	}
+}
+
+// Detached links, senders as receivers, leave the connection's expiry
+// watch: a long-lived connection that opens and closes links while keeping
+// its token fresh holds none of the old ones.
+func TestDetachedLinksLeaveTheExpiryWatch(t *testing.T) {
+	_, addr := startRaw(t, Config{Transport: transport.Config{AllowNoSASL: true}})
+	conn := dial(t, addr, nil) // no SASL: the connection's state is in noSASL
+	key := sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE"}
+	audience := "amqp://" + addr + "/q1"
+	if status, desc := putTokenRaw(t, conn, audience, sas.Sign(audience, key, time.Now().Add(time.Hour), sas.GoStyle)); status != 202 {
+		t.Fatalf("put-token: %d %s", status, desc)
+	}
+	sess, _ := conn.NewSession(ctxT(t), nil)
+	for range 20 {
+		snd, err := sess.NewSender(ctxT(t), "q1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcv, err := sess.NewReceiver(ctxT(t), "q1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := snd.Close(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		if err := rcv.Close(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watched := func() int {
+		noSASL.Lock()
+		defer noSASL.Unlock()
+		n := 0
+		for _, cs := range noSASL.m {
+			cs.mu.Lock()
+			n += len(cs.guarded)
+			cs.mu.Unlock()
+		}
+		return n
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for watched() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 senders and 20 receivers attached and detached, %d are still watched", watched())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A client that sends requests and gives the reply link no credit makes
+// the server hold at most maxPendingReplies of responses: then the reply
+// link is detached with resource-limit-exceeded and the held responses go.
+func TestUnreadRepliesAreBounded(t *testing.T) {
+	old := maxPendingReplies
+	maxPendingReplies = 4 << 10
+	t.Cleanup(func() { maxPendingReplies = old })
+	_, addr := startRaw(t, Config{Transport: transport.Config{AllowNoSASL: true}})
+	conn := dial(t, addr, nil)
+	ctx := ctxT(t)
+	sess, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd, err := sess.NewSender(ctx, "$cbs", &amqp.SenderOptions{SettlementMode: amqp.SenderSettleModeSettled.Ptr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv, err := sess.NewReceiver(ctx, "$cbs", &amqp.ReceiverOptions{TargetAddress: "cbs-reply", Credit: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func() (n int) {
+		noSASL.Lock()
+		defer noSASL.Unlock()
+		for _, cs := range noSASL.m {
+			cs.mu.Lock()
+			for _, rl := range cs.replies {
+				rl.mu.Lock()
+				n = max(n, rl.pendingBytes)
+				rl.mu.Unlock()
+			}
+			cs.mu.Unlock()
+		}
+		return n
+	}
+	for i := range 200 {
+		msg := &amqp.Message{
+			Properties:            &amqp.MessageProperties{MessageID: fmt.Sprint(i), ReplyTo: strPtr("cbs-reply")},
+			ApplicationProperties: map[string]any{"operation": "put-token", "type": "bad", "name": "q1"},
+			Value:                 "token",
+		}
+		if err := snd.Send(ctx, msg, nil); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if n := held(); n > maxPendingReplies {
+			t.Fatalf("%d bytes of responses held, limit %d", n, maxPendingReplies)
+		}
+	}
+	if err := rcv.IssueCredit(1); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := contextWithTimeout(t, 10*time.Second)
+	defer cancel()
+	_, err = rcv.Receive(rctx, nil)
+	var linkErr *amqp.LinkError
+	if !errors.As(err, &linkErr) || linkErr.RemoteErr == nil || linkErr.RemoteErr.Condition != "amqp:resource-limit-exceeded" {
+		t.Fatalf("the reply link after 200 unread responses: %v, want it detached with resource-limit-exceeded", err)
 	}
 }

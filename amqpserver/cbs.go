@@ -85,10 +85,7 @@ func covers(claimPath, path string) bool {
 // "amqp://host:5672/q1/$management" gives "q1/$management", a namespace
 // audience "sb://host/" or "host" gives "".
 func audiencePath(audience string) string {
-	rest := audience
-	if i := strings.Index(rest, "://"); i >= 0 {
-		rest = rest[i+3:]
-	}
+	rest := sas.StripScheme(audience)
 	i := strings.IndexByte(rest, '/')
 	if i < 0 {
 		return ""
@@ -118,7 +115,7 @@ func entityOf(path string) string {
 func putToken(req *rpcRequest, keys sas.Keys, b *broker.Broker, cs *claims, now time.Time) rpcResponse {
 	if typ := req.prop("type"); typ != sasTokenType {
 		return rpcResponse{status: 401, condition: condUnauthorized,
-			description: fmt.Sprintf("token type %q is not supported; use a shared access signature", typ)}
+			description: fmt.Sprintf("token type %q is not supported; use a shared access signature", clip(typ, 64))}
 	}
 	token, isString := req.body.(string)
 	if !isString {
@@ -134,6 +131,12 @@ func putToken(req *rpcRequest, keys sas.Keys, b *broker.Broker, cs *claims, now 
 			description: fmt.Sprintf("InvalidAudience: the token's audience does not cover %s", audience)}
 	}
 	path := audiencePath(audience)
+	if !covers(strings.ToLower(audiencePath(tok.Audience)), strings.ToLower(path)) {
+		// Whatever the requested name looks like, the claim never reaches
+		// beyond what the token itself names.
+		return rpcResponse{status: 401, condition: condUnauthorized,
+			description: fmt.Sprintf("InvalidAudience: the token's audience does not cover %s", audience)}
+	}
 	if name := entityOf(path); name != "" {
 		if _, err := b.Entity(name); errors.Is(err, broker.ErrEntityNotFound) {
 			// The text is what the SDKs match for "not found".
@@ -143,4 +146,12 @@ func putToken(req *rpcRequest, keys sas.Keys, b *broker.Broker, cs *claims, now 
 	}
 	cs.put(claim{path: strings.ToLower(path), rights: key.Rights, expiry: tok.Expiry})
 	return rpcResponse{status: 202, description: "Accepted"}
+}
+
+// clip shortens a client's string for an error description.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

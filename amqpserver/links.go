@@ -54,20 +54,29 @@ func (cs *connState) attachSender(l *transport.Link, address string) {
 	}
 	cfg, err := e.Config()
 	if err != nil {
-		l.Refuse(linkError(err))
+		cs.refuse(l, linkError(err))
 		return
 	}
-	l.AcceptInbound(&transport.Reply{MaxMessageSize: uint64(cfg.MaxMessageSize)}, &senderLink{e: e, queue: queue})
+	if err := l.AcceptInbound(&transport.Reply{MaxMessageSize: uint64(cfg.MaxMessageSize)}, &senderLink{cs: cs, e: e, queue: queue}); err != nil {
+		cs.unguard(l)
+	}
+}
+
+// refuse refuses an authorised link, which then needs no watching.
+func (cs *connState) refuse(l *transport.Link, err *frames.Error) {
+	cs.unguard(l)
+	l.Refuse(err)
 }
 
 // senderLink stores what the client sends. Each transfer is accepted only
 // once its messages are durable, or rejected with the reason.
 type senderLink struct {
+	cs    *connState
 	e     *broker.Entity
 	queue uint32
 }
 
-func (sl *senderLink) Detached(*transport.Link, *frames.Error) {}
+func (sl *senderLink) Detached(l *transport.Link, _ *frames.Error) { sl.cs.unguard(l) }
 
 func (sl *senderLink) Deliver(d transport.Delivery) {
 	// The messages alias the transport's buffer, which is reused once
@@ -127,7 +136,7 @@ func (cs *connState) attachReceiver(l *transport.Link, address string) {
 	r, err := e.Attach(broker.ReceiverOptions{Queue: queue, Name: l.Name(), Mode: mode, Sessions: sessions,
 		Deliver: rl.deliver, Lost: rl.lost})
 	if err != nil {
-		l.Refuse(linkError(err))
+		cs.refuse(l, linkError(err))
 		return
 	}
 	rl.r = r
@@ -153,7 +162,7 @@ func (cs *connState) attachReceiver(l *transport.Link, address string) {
 	r.AcceptSession(wanted, wait, func(lock broker.SessionLock, err error) {
 		if err != nil {
 			r.Detach(nil)
-			l.Refuse(linkError(err))
+			cs.refuse(l, linkError(err))
 			return
 		}
 		rl.mu.Lock()
@@ -213,6 +222,7 @@ type receiverLink struct {
 func (rl *receiverLink) accept(reply *transport.Reply) {
 	if err := rl.l.AcceptOutbound(reply, rl); err != nil {
 		rl.r.Detach(nil)
+		rl.cs.unguard(rl.l)
 		return
 	}
 	rl.cs.mu.Lock()

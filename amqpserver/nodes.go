@@ -82,7 +82,13 @@ func (rl *requestLink) Deliver(d transport.Delivery) {
 			reply(rpcResponse{status: 501, condition: condNotImplemented, description: fmt.Sprintf("operation %q is not supported", op)})
 			return
 		}
-		reply(putToken(&req, rl.cs.s.cfg.Keys, rl.cs.s.b, &rl.cs.claims, rl.cs.s.cfg.Now()))
+		resp := putToken(&req, rl.cs.s.cfg.Keys, rl.cs.s.b, &rl.cs.claims, rl.cs.s.cfg.Now())
+		if resp.status == 202 {
+			// The new claim may end sooner, or grant less, than the one it
+			// replaced: the links it covers are checked again now.
+			rl.cs.checkExpiry()
+		}
+		reply(resp)
 		return
 	}
 	rl.cs.s.countOp(req.prop("operation"))
@@ -142,16 +148,31 @@ type replyLink struct {
 	cs *connState
 	l  *transport.Link
 
-	mu      sync.Mutex
-	pending [][]byte
-	tag     uint64
+	mu           sync.Mutex
+	pending      [][]byte
+	pendingBytes int
+	tag          uint64
 }
+
+// maxPendingReplies bounds the responses a reply link holds for a client
+// that gives it no credit: requests are accepted (and their credit
+// renewed) as they come, so without a bound a client that sends requests
+// and reads no responses could make the server keep them all.
+// A single response may be larger (a peek of big messages).
+var maxPendingReplies = 4 << 20
 
 func (rl *replyLink) send(payload []byte) {
 	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if len(rl.pending) > 0 && rl.pendingBytes+len(payload) > maxPendingReplies {
+		rl.pending, rl.pendingBytes = nil, 0
+		rl.l.Close(&frames.Error{Condition: condResourceLimit,
+			Description: fmt.Sprintf("more than %d bytes of responses are waiting for credit on this link", maxPendingReplies)})
+		return
+	}
 	rl.pending = append(rl.pending, payload)
+	rl.pendingBytes += len(payload)
 	rl.flush()
-	rl.mu.Unlock()
 }
 
 // flush sends pending responses while there is credit. rl.mu is held.
@@ -162,6 +183,7 @@ func (rl *replyLink) flush() {
 		if _, err := rl.l.Send(tag, 0, rl.pending[0], true); err != nil {
 			return // no credit: wait for the next flow
 		}
+		rl.pendingBytes -= len(rl.pending[0])
 		rl.pending[0] = nil
 		rl.pending = rl.pending[1:]
 	}

@@ -43,6 +43,10 @@ func Covers(tok Token, requested string) bool {
 	return !hasDotSegment(requested)
 }
 
+// StripScheme drops the scheme Covers ignores from the front of an
+// audience; one anywhere else stays part of the path.
+func StripScheme(audience string) string { return stripScheme(audience) }
+
 func stripScheme(audience string) string {
 	for _, scheme := range audienceSchemes {
 		if len(audience) >= len(scheme) && asciiEqualFold(audience[:len(scheme)], scheme) {
