@@ -365,6 +365,7 @@ func TestErrors(t *testing.T) {
 		// Duplicates, without regard to case, each in its own scope.
 		{"duplicate queue", queuesDoc(`{"Name": ¹"q.a"}, {"Name": ‸"Q.A"}`), q1 + `.Name: duplicate queue or topic name "Q.A" (first at {first})`},
 		{"queue and topic", `{"UserConfig": {"Namespaces": [{"Name": "ns", "Queues": [{"Name": ¹"x"}], "Topics": [{"Name": ‸"X"}]}]}}`, `UserConfig.Namespaces[0].Topics[0].Name: duplicate queue or topic name "X" (first at {first})`},
+		{"queue in two namespaces", `{"UserConfig": {"Namespaces": [{"Name": "ns", "Queues": [{"Name": ¹"orders"}]}, {"Name": "other", "Queues": [{"Name": ‸"Orders"}]}]}}`, `UserConfig.Namespaces[1].Queues[0].Name: duplicate queue or topic name "Orders" (first at {first})`},
 		{"duplicate namespace", `{"UserConfig": {"Namespaces": [{"Name": ¹"ns"}, {"Name": ‸"NS"}]}}`, `UserConfig.Namespaces[1].Name: duplicate namespace name "NS" (first at {first})`},
 		{"duplicate subscription", topicDoc(`{"Name": ¹"s"}, {"Name": ‸"S"}`), `UserConfig.Namespaces[0].Topics[0].Subscriptions[1].Name: duplicate subscription name "S" (first at {first})`},
 		{"duplicate rule", rulesDoc(`{"Name": ¹"r", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "1=1"}}}, {"Name": ‸"R"}`), sub + `.Rules[1].Name: duplicate rule name "R" (first at {first})`},

@@ -25,8 +25,10 @@ func (d *decoder) document() *File {
 		sawNamespaces := false
 		start := d.object(field{"Namespaces", func() {
 			sawNamespaces = true
-			names := nameSet{}
-			d.array(func(int) { f.Namespaces = append(f.Namespaces, d.namespace(names)) })
+			// walbus serves one namespace, into which every namespace of
+			// the file goes: an entity name may appear once in the file.
+			names, entities := nameSet{}, nameSet{}
+			d.array(func(int) { f.Namespaces = append(f.Namespaces, d.namespace(names, entities)) })
 		}})
 		if !sawNamespaces {
 			d.failf(start, "missing Namespaces")
@@ -60,10 +62,11 @@ func (d *decoder) name(validate func(string) error, names nameSet, what string) 
 	return name, off
 }
 
-func (d *decoder) namespace(names nameSet) Namespace {
+// namespace reads one namespace; entities holds the queue and topic names
+// of the whole file (they share one name space).
+func (d *decoder) namespace(names, entities nameSet) Namespace {
 	var ns Namespace
 	named := false
-	entities := nameSet{} // queues and topics share one name space
 	start := d.object(
 		field{"Name", func() {
 			ns.Name, _ = d.name(validateNamespaceName, names, "namespace")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -151,6 +152,7 @@ func (b byteSize) Set(s string) error {
 }
 
 func parseSize(s string) (int, error) {
+	orig := s
 	units := []struct {
 		suffix string
 		mult   int
@@ -165,6 +167,9 @@ func parseSize(s string) (int, error) {
 	var n int
 	if _, err := fmt.Sscanf(s, "%d", &n); err != nil || n < 0 || fmt.Sprint(n) != s {
 		return 0, fmt.Errorf("not a size: want a number of bytes, optionally with KiB, MiB or GiB")
+	}
+	if n > math.MaxInt/mult {
+		return 0, fmt.Errorf("not a size: %q is too large", orig)
 	}
 	return n * mult, nil
 }

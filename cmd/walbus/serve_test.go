@@ -55,6 +55,9 @@ func TestCommandLine(t *testing.T) {
 		{"unknown flag", nil, []string{"serve", "--bogus"}, 2, "flag provided but not defined: -bogus"},
 		{"bad value", nil, []string{"serve", "--sync", "sometimes"}, 2, `unknown sync policy "sometimes"`},
 		{"bad size", nil, []string{"serve", "--max-frame-size", "12x"}, 2, "not a size"},
+		// 2^54+1 KiB would wrap to 1024 bytes, 2^34+1 GiB to 1 GiB.
+		{"size that overflows", nil, []string{"serve", "--max-message-size", "18014398509481985KiB"}, 2, "too large"},
+		{"size that overflows, from the environment", []string{"WALBUS_MAX_FRAME_SIZE=17179869185GiB"}, []string{"serve"}, 2, "too large"},
 		{"bad env", []string{"WALBUS_LOG_LEVEL=loud"}, []string{"serve"}, 2, `unknown log level "loud"`},
 		{"bad env for a typed flag", []string{"WALBUS_MAX_CONNECTIONS=many"}, []string{"serve"}, 2, "WALBUS_MAX_CONNECTIONS"},
 		{"amqps without a certificate", nil, []string{"serve", "--amqps", "127.0.0.1:0"}, 2, "need --tls-cert"},
