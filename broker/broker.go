@@ -102,6 +102,7 @@ type Broker struct {
 	clock  Clock
 	logger *slog.Logger
 	ns     *log.Log
+	nsLast uint64       // the namespace log's last acknowledged record (b.mu)
 	lock   *log.DirLock // on the data directory, held until Close
 
 	mu       sync.RWMutex
@@ -158,7 +159,7 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	if rep.Repair.Bytes > 0 {
 		b.logger.Warn("namespace log tail repaired", "repair", rep.Repair.String())
 	}
-	b.ns = ns
+	b.ns, b.nsLast = ns, ns.LastIndex()
 	specs := map[uint64]string{} // live entity ids -> name
 	cfgs := map[uint64]entitySpec{}
 	err = ns.Scan(1, func(ev *log.Event) error {
@@ -328,13 +329,46 @@ func (e *Entity) configure(cfg projection.Config) error {
 // appendNamespace records an entity event in the namespace log and waits
 // until durable; it returns the event's index.
 func (b *Broker) appendNamespace(ev log.Event) (uint64, error) {
+	if err := b.reopenNamespace(); err != nil {
+		return 0, err
+	}
 	ev.Time = b.clock.Now().UnixNano()
 	ch := make(chan error, 1)
 	evs := []log.Event{ev}
 	if _, err := b.ns.Append(evs, func(err error) { ch <- err }); err != nil {
 		return 0, err
 	}
-	return evs[0].Index, <-ch
+	if err := <-ch; err != nil {
+		return 0, err
+	}
+	b.nsLast = evs[0].Index
+	return evs[0].Index, nil
+}
+
+// reopenNamespace replaces a namespace log that failed (a full disk, say)
+// with the log reopened from disk, as an entity's recovery does, so that
+// entities can be created again once the cause is gone. Records after the
+// last acknowledged one were refused to their callers and are cut. Called
+// with b.mu held.
+func (b *Broker) reopenNamespace() error {
+	failed := b.ns.Err()
+	if failed == nil {
+		return nil
+	}
+	b.ns.Close()
+	ns, _, err := log.Open(layout.NamespaceDir(b.opts.Dir), b.logOptions("", nil, nil))
+	if err != nil {
+		return fmt.Errorf("%w (reopening the namespace log after %v)", err, failed)
+	}
+	if ns.LastIndex() > b.nsLast {
+		if err := ns.TruncateBack(b.nsLast); err != nil {
+			ns.Close()
+			return fmt.Errorf("%w (reopening the namespace log after %v)", err, failed)
+		}
+	}
+	b.ns = ns
+	b.logger.Info("namespace log reopened", "after", failed)
+	return nil
 }
 
 // ValidateName checks an entity name against Service Bus's rules: up to 260

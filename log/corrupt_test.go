@@ -147,6 +147,47 @@ func TestBitFlipBeforeTailIsCorruption(t *testing.T) {
 	reopenCheck(t, dir, Options{Repair: true}, want, 4)
 }
 
+// Damage to the length prefix of a record in the middle of the last
+// segment, with written records after it, is corruption like a flipped bit
+// in its body (TestBitFlipBeforeTailIsCorruption): Open refuses with a
+// *CorruptionError unless told to repair, and does not cut records 5..10
+// away as a torn tail.
+func TestLengthPrefixDamageBeforeTailIsCorruption(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(b []byte, prefixOff int) []byte
+	}{
+		{"length grows", func(b []byte, off int) []byte { b[off] |= 0x7f; return b }},
+		{"length shrinks", func(b []byte, off int) []byte { b[off] = MinRecordSize; return b }},
+		{"zeroed bytes", func(b []byte, off int) []byte {
+			for i := off; i < off+8; i++ {
+				b[i] = 0
+			}
+			return b
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, want := golden(t, 10, Options{}) // one segment
+			dir := copyDir(t, src)
+			pos := want[5].Pos
+			prefixOff := int(pos.Offset) - uvarintLen(uint64(pos.Size))
+			mutateFile(t, lastSegment(t, dir), func(b []byte) []byte { return tc.mutate(b, prefixOff) })
+			l, rep, err := Open(dir, Options{})
+			if err == nil {
+				last := l.LastIndex()
+				l.Close()
+				t.Fatalf("open succeeded and silently dropped acknowledged indexes %d..10 (last index now %d, repair: %s)",
+					last+1, last, rep.Repair)
+			}
+			var ce *CorruptionError
+			if !errors.As(err, &ce) || ce.Index != 5 {
+				t.Fatalf("open: %v", err)
+			}
+			reopenCheck(t, dir, Options{Repair: true}, want, 4)
+		})
+	}
+}
+
 func TestBitFlipInOlderSegment(t *testing.T) {
 	opts := Options{SegmentSize: 2048}
 	src, want := golden(t, 60, opts)

@@ -236,7 +236,7 @@ func releaseHeld(held []waiter) []waiter {
 func Open(dir string, opts Options) (*Log, OpenReport, error) {
 	opts = opts.withDefaults()
 	var rep OpenReport
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := MkdirAllDurable(dir, 0o750); err != nil {
 		return nil, rep, err
 	}
 	if interrupted, err := hasInterruptedTruncation(dir); err != nil {
@@ -259,6 +259,14 @@ func Open(dir string, opts Options) (*Log, OpenReport, error) {
 	w, err := wal.Open(dir, tidwallOptions(opts))
 	if err != nil {
 		return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
+	}
+	if len(segs) == 0 {
+		// tidwall has just created the first segment; its name must be
+		// durable before anything in it is acknowledged.
+		if err := SyncDir(dir); err != nil {
+			w.Close()
+			return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
+		}
 	}
 	first, _ := w.FirstIndex()
 	last, _ := w.LastIndex()
@@ -473,6 +481,12 @@ func (l *Log) run() {
 		}
 		l.mu.Unlock()
 
+		if failed && len(held) > 0 {
+			// The log failed elsewhere (TruncateFront, a segment change):
+			// what waits for an fsync will never have one.
+			l.release(held, l.Err())
+			held = releaseHeld(held)
+		}
 		if p == nil {
 			if closing || failed {
 				if !failed {

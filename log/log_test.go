@@ -644,3 +644,80 @@ func TestOnFailReportsAWriteFailure(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// A failure the log takes on another goroutine (TruncateFront: tidwall
+// cannot write its START file, as on a full disk) ends the wait of every
+// record the writer holds for the SyncInterval fsync, with an error: the
+// records written before (A) and while (B) it failed are answered, not
+// left for a timer or a Close that will never come.
+func TestHeldWaitersAnsweredWhenTheLogFailsElsewhere(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := openT(t, dir, Options{SegmentSize: 2048})
+	fill(t, l, 40, rand.New(rand.NewPCG(1, 1)))
+	l.Close()
+	var fault atomic.Pointer[func(string) error]
+	l, _ = openT(t, dir, Options{Sync: SyncInterval, SyncInterval: time.Hour, SegmentSize: 2048,
+		Fault: func(op string) error {
+			if f := fault.Load(); f != nil {
+				return (*f)(op)
+			}
+			return nil
+		}})
+	segs := l.segs.list()
+	if len(segs) < 4 {
+		t.Fatalf("want several segments, got %v", segs)
+	}
+	waitWritten := func() {
+		for deadline := time.Now().Add(5 * time.Second); l.written.Load() != l.LastIndex(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("record not written")
+			}
+		}
+	}
+	// A: written, held until the timer's fsync (an hour away).
+	doneA := make(chan error, 1)
+	if _, err := l.Append([]Event{enq(10)}, func(err error) { doneA <- err }); err != nil {
+		t.Fatal(err)
+	}
+	waitWritten()
+	// B: the writer takes it and is held up in its write; C queues behind.
+	inWrite, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hold := func(op string) error {
+		if op == "write" {
+			once.Do(func() { close(inWrite); <-unblock })
+		}
+		return nil
+	}
+	fault.Store(&hold)
+	doneB, doneC := make(chan error, 1), make(chan error, 1)
+	if _, err := l.Append([]Event{enq(10)}, func(err error) { doneB <- err }); err != nil {
+		t.Fatal(err)
+	}
+	<-inWrite
+	if _, err := l.Append([]Event{enq(10)}, func(err error) { doneC <- err }); err != nil {
+		t.Fatal(err)
+	}
+	// The log fails on this goroutine.
+	if err := os.Mkdir(segmentPath(dir, segs[2]-1)+".START.TEMP", 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TruncateFront(segs[2]); err == nil || !errors.Is(l.Err(), ErrFailed) {
+		t.Fatalf("TruncateFront: %v, log error %v", err, l.Err())
+	}
+	close(unblock)
+	if err := <-doneC; err == nil {
+		t.Fatal("C acknowledged by a failed log")
+	}
+	for name, ch := range map[string]chan error{"A": doneA, "B": doneB} {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, ErrFailed) {
+				t.Errorf("record %s told %v, want the log's failure", name, err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Errorf("record %s, written before the log failed, is never answered (the writer has exited)", name)
+		}
+	}
+	l.Close()
+}

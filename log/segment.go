@@ -8,10 +8,12 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // Segment files are tidwall/wal's binary format: each entry is a uvarint
@@ -127,16 +129,38 @@ func scanRecords(data []byte, first uint64) ([]recordInfo, *badRecord) {
 			}
 		}
 		bad := &badRecord{off: off, index: want, reason: reason}
-		if n > 0 && off+n < len(data) {
-			if next, _, r := entryAt(data, off+n); r == "" {
-				if e, err := DecodeRecord(next); err == nil && e.Index == want+1 {
-					bad.followed = true
-				}
-			}
-		}
+		bad.followed = nextRecordAfter(data, off, n, want+1)
 		return recs, bad
 	}
 	return recs, nil
+}
+
+// nextRecordAfter reports whether the valid record with index next follows
+// the bad entry at off, whose framing gave it n bytes (0 when its length
+// prefix is unreadable). With a damaged length prefix the framing cannot
+// be trusted, so the bytes after off are searched for that record: damage
+// to a length must not make written records behind it look like the end
+// of a torn write. Only index next counts, as for an entry whose length
+// is intact: records further on could be pages of an unfinished write
+// that reached the disk around a hole.
+func nextRecordAfter(data []byte, off, n int, next uint64) bool {
+	if n > 0 && off+n < len(data) {
+		if body, _, r := entryAt(data, off+n); r == "" {
+			if e, err := DecodeRecord(body); err == nil && e.Index == next {
+				return true
+			}
+		}
+	}
+	for p := off + 1; p < len(data); p++ {
+		body, _, r := entryAt(data, p)
+		if r != "" || body[0] != FormatVersion || binary.BigEndian.Uint64(body[3:11]) != next {
+			continue
+		}
+		if e, err := DecodeRecord(body); err == nil && e.Index == next {
+			return true
+		}
+	}
+	return false
 }
 
 // entryAt frames the entry at off: it returns the envelope bytes and the
@@ -462,4 +486,30 @@ func SyncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// MkdirAllDurable is os.MkdirAll that also makes every directory it
+// creates durable in its parent: a file fsynced in a directory whose own
+// name is not durable can vanish with it in a crash.
+func MkdirAllDurable(dir string, perm os.FileMode) error {
+	dir = filepath.Clean(dir)
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return &os.PathError{Op: "mkdir", Path: dir, Err: syscall.ENOTDIR}
+		}
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := MkdirAllDurable(parent, perm); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, perm); err != nil {
+		if os.IsExist(err) {
+			return nil
+		}
+		return err
+	}
+	return SyncDir(parent)
 }

@@ -122,7 +122,7 @@ func Decode(b []byte) (uint64, []byte, error) {
 
 // Write stores a snapshot of raw state at index in dir atomically.
 func Write(dir string, index uint64, raw []byte) (Info, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := log.MkdirAllDurable(dir, 0o750); err != nil {
 		return Info{}, err
 	}
 	data := Encode(index, raw)
@@ -263,4 +263,35 @@ func Prune(dir string, keep int) error {
 		}
 	}
 	return nil
+}
+
+// beyondSuffix marks a snapshot set aside by SetAsideBeyond; List ignores it.
+const beyondSuffix = ".beyond-log"
+
+// SetAsideBeyond renames the snapshots in dir that cover more than a log
+// ending at last, and returns them. Such a snapshot describes records the
+// log no longer has (cut by a repair): new records take those indexes,
+// and once the log is that long again a start must not take the snapshot
+// for their state. The files are kept, renamed, for inspection.
+func SetAsideBeyond(dir string, last uint64) ([]Info, error) {
+	infos, err := List(dir)
+	if err != nil {
+		return nil, err
+	}
+	var moved []Info
+	for _, info := range infos {
+		if info.Index <= last {
+			break // newest first
+		}
+		if err := os.Rename(info.Path, info.Path+beyondSuffix); err != nil {
+			return moved, err
+		}
+		moved = append(moved, info)
+	}
+	if len(moved) > 0 {
+		if err := log.SyncDir(dir); err != nil {
+			return moved, err
+		}
+	}
+	return moved, nil
 }

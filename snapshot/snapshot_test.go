@@ -164,3 +164,105 @@ func TestLongerThanClaimedIsRejected(t *testing.T) {
 		t.Fatalf("good file after bad ones: %v", err)
 	}
 }
+
+// After a log loses its end (Open with Repair cutting at damage, as the
+// broker's recovery with Repair does), a snapshot taken beyond the new end
+// is set aside (SetAsideBeyond, which the broker runs before Rebuild). Left
+// in place, it would be picked once the log, taking new events at the same
+// indexes, is long enough again: its state holds the lost events and none
+// of the new ones.
+func TestSnapshotBeyondACutLogIsSetAside(t *testing.T) {
+	root := t.TempDir()
+	logDir, snapDir := root+"/log", root+"/snap"
+	now := int64(1_700_000_000_000_000_000)
+	l, _, err := log.Open(logDir, log.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := projection.New()
+	run := func(l *log.Log, st *projection.Entity, cmd projection.Command) {
+		t.Helper()
+		evs, err := st.Decide(cmd, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		if _, err := l.Append(evs, func(err error) { done <- err }); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		for i := range evs {
+			if err := st.Apply(&evs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send := func(l *log.Log, st *projection.Entity, id string) {
+		run(l, st, projection.Send{Messages: []projection.Message{{Body: []byte(id), MessageID: id}}})
+	}
+	run(l, st, projection.Configure{Name: "q", Config: projection.DefaultConfig()})
+	for i := range 10 {
+		send(l, st, fmt.Sprint("old-", i))
+	}
+	// A snapshot at 11, durable log at 11: all as the broker does it.
+	if _, err := Write(snapDir, st.LastIndex(), st.Encode(nil)); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+
+	// Damage in the middle of the last segment; the operator opens with
+	// Repair, accepting the loss of indexes 6..11.
+	ro, _ := log.OpenReadOnly(logDir)
+	seg := ro.Segments()[0].Path
+	var pos log.Position
+	ro.Scan(6, 6, func(e *log.Event) error { pos = e.Pos; return nil })
+	ro.Close()
+	b, _ := os.ReadFile(seg)
+	b[pos.Offset+15] ^= 1
+	os.WriteFile(seg, b, 0o640)
+	l, rep, err := log.Open(logDir, log.Options{Repair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.LastIndex != 5 {
+		t.Fatalf("repair left last index %d", rep.LastIndex)
+	}
+	moved, err := SetAsideBeyond(snapDir, l.LastIndex())
+	if err != nil || len(moved) != 1 || moved[0].Index != 11 {
+		t.Fatalf("set aside: %v, %v", moved, err)
+	}
+	if _, err := os.Stat(moved[0].Path + beyondSuffix); err != nil {
+		t.Fatalf("the snapshot set aside is not kept: %v", err)
+	}
+	st, rb, err := Rebuild(snapDir, l)
+	if err != nil || rb.Snapshot != 0 {
+		t.Fatalf("rebuild after the cut: snapshot %d, %v", rb.Snapshot, err)
+	}
+	// Life goes on: a receiver locks the four messages left (indexes
+	// 6..9) and two new messages come (10, 11).
+	run(l, st, projection.Lock{Receiver: "r", Max: 10, Limit: ^uint64(0), Nonce: 1})
+	send(l, st, "new-0")
+	send(l, st, "new-1")
+	if st.LastIndex() != 11 {
+		t.Fatalf("state at %d", st.LastIndex())
+	}
+	want := st.Encode(nil)
+	l.Close()
+
+	// Restart.
+	l, _, err = log.Open(logDir, log.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got, rb, err := Rebuild(snapDir, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Encode(nil), want) {
+		t.Fatalf("restart loaded stale snapshot %d: state %+v, but the log says %+v",
+			rb.Snapshot, got.Queue(log.MainQueue).Counts(), st.Queue(log.MainQueue).Counts())
+	}
+}
