@@ -146,8 +146,14 @@ func (t *Sessions) Numbering() (next uint32, free []uint32) { return t.next, t.f
 
 // Restore rebuilds a table from a snapshot: the sessions (with their
 // messages already counted in Available, Locked and Messages) and the
-// numbering. It rejects numbers or ids used twice and numbers beyond next.
+// numbering. It rejects numbers or ids used twice, numbers beyond next, and
+// a numbering with gaps: every number up to next is a session's or free,
+// so a damaged next (near 2^32, where Ensure would wrap and reuse numbers
+// in use) cannot pass.
 func Restore(sessions []*Session, next uint32, free []uint32) (*Sessions, error) {
+	if uint64(len(sessions))+uint64(len(free)) != uint64(next) {
+		return nil, fmt.Errorf("session numbering: %d sessions and %d free numbers, but %d issued", len(sessions), len(free), next)
+	}
 	t := NewSessions()
 	t.next = next
 	used := make(map[uint32]bool, len(sessions)+len(free))

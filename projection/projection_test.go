@@ -203,3 +203,39 @@ func TestSettleAfterTheSessionLockRanOut(t *testing.T) {
 		t.Fatalf("complete after the session lock ran out: %v", err)
 	}
 }
+
+// A snapshot whose session numbering claims more numbers issued than it
+// has sessions and free numbers (here next = 2^32-1) is refused: decoded,
+// the next sessions would wrap to 0 and to a number in use, and ordinary
+// events would then panic.
+func TestSnapshotWithDamagedSessionNumberingRefused(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RequiresSession = true
+	e := New()
+	idx := uint64(0)
+	now := int64(1_700_000_000_000_000_000)
+	apply := func(ev log.Event) {
+		t.Helper()
+		idx++
+		ev.Index, ev.Time = idx, now
+		if err := e.Apply(&ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(log.Event{Type: log.EntityCreated, Name: "q", Props: cfg.Encode()})
+	apply(log.Event{Type: log.Enqueued, SessionID: "a"}) // seq 2, session number 1
+	// The hostile part: the same state with next = 2^32-1.
+	raw := e.Encode(nil)
+	mark := []byte{1, 1, 0, 1} // has-sessions, next=1, no free numbers, 1 session
+	i := bytes.Index(raw, mark)
+	if i < 0 {
+		t.Fatal("session table not found in encoding")
+	}
+	hostile := append(append(append([]byte{}, raw[:i+1]...), 0xff, 0xff, 0xff, 0xff, 0x0f), raw[i+2:]...)
+	if _, err := Decode(hostile); err == nil {
+		t.Fatal("a snapshot whose session numbering is at 2^32-1 with one session decoded; new sessions would wrap onto numbers in use")
+	}
+	if _, err := Decode(raw); err != nil {
+		t.Fatalf("the undamaged snapshot: %v", err)
+	}
+}

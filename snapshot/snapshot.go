@@ -35,14 +35,12 @@ const (
 	headerSize = 8 + 4 + 8 + 8 + 4
 	prefix     = "snap-"
 	suffix     = ".wbs"
-	// MaxRawSize bounds what a snapshot header may claim, so a damaged
-	// length cannot make the loader allocate without limit.
+	// MaxRawSize bounds what a snapshot header may claim. The claim is
+	// not trusted for allocation (the output grows as the stream inflates),
+	// nor bounded by the compressed size: state can compress beyond any
+	// fixed ratio (session states of zeros: 4 MiB in 745 bytes).
 	MaxRawSize = 16 << 30
-	// maxRatio bounds the claimed size by the compressed size: state
-	// encodings compress well under 100:1, so a file claiming far more is a
-	// decompression bomb or damage.
-	maxRatio  = 4096
-	maxWindow = 64 << 20
+	maxWindow  = 64 << 20
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -94,7 +92,7 @@ func Decode(b []byte) (uint64, []byte, error) {
 	index := binary.BigEndian.Uint64(b[12:])
 	size := binary.BigEndian.Uint64(b[20:])
 	sum := binary.BigEndian.Uint32(b[28:])
-	if size > MaxRawSize || size > uint64(len(b)-headerSize)*maxRatio+1<<20 {
+	if size > MaxRawSize {
 		return 0, nil, fmt.Errorf("%w: claims %d bytes of state from %d compressed", ErrCorrupt, size, len(b)-headerSize)
 	}
 	// Our encoder's windows are a few MiB; a frame asking for more is damaged

@@ -266,3 +266,60 @@ func TestSnapshotBeyondACutLogIsSetAside(t *testing.T) {
 			rb.Snapshot, got.Queue(log.MainQueue).Counts(), st.Queue(log.MainQueue).Counts())
 	}
 }
+
+// A snapshot of state that compresses beyond any fixed ratio (session
+// states of zeros: 4 MiB in well under a KiB) loads, on its own and as the
+// only snapshot of a log cut behind it: a ratio check once refused it as a
+// decompression bomb, and the entity could not start.
+func TestHighlyCompressibleStateLoads(t *testing.T) {
+	e := projection.New()
+	now := int64(1_700_000_000_000_000_000)
+	idx := uint64(0)
+	apply := func(cmd projection.Command) {
+		evs, err := e.Decide(cmd, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range evs {
+			idx++
+			evs[i].Index = idx
+			evs[i].Pos = log.Position{Offset: uint32(idx * 100), Size: 50}
+			if err := e.Apply(&evs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cfg := projection.DefaultConfig()
+	cfg.RequiresSession = true
+	apply(projection.Configure{Name: "q", Config: cfg})
+	for i := range 4 {
+		id := fmt.Sprintf("s%d", i)
+		apply(projection.AcceptSession{SessionID: id, Receiver: "r"})
+		apply(projection.SetSessionState{SessionID: id, Receiver: "r", State: make([]byte, 1<<20)})
+	}
+	raw := e.Encode(nil)
+	dir := t.TempDir()
+	info, err := Write(dir, e.LastIndex(), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Size > 64<<10 {
+		t.Fatalf("the state compressed to %d bytes; the test wants a ratio far beyond 4096:1", info.Size)
+	}
+	got, _, skipped, err := Load(dir, func(uint64) error { return nil })
+	if err != nil || got == nil {
+		t.Errorf("load: %v, skipped %v", err, skipped)
+	}
+	// The broker cuts the log front once snapshots cover it: the entity
+	// must still rebuild from the snapshot alone.
+	if _, _, err := Rebuild(dir, cutLog{first: e.LastIndex() + 1, last: e.LastIndex()}); err != nil {
+		t.Errorf("rebuild after the log was cut: %v", err)
+	}
+}
+
+// cutLog is an empty log whose records up to first-1 were truncated.
+type cutLog struct{ first, last uint64 }
+
+func (c cutLog) FirstIndex() uint64                            { return c.first }
+func (c cutLog) LastIndex() uint64                             { return c.last }
+func (c cutLog) ScanFrom(uint64, func(*log.Event) error) error { return nil }

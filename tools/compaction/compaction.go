@@ -194,8 +194,8 @@ func compactEntity(e EntityDir, opts Options) (Report, error) {
 	}
 
 	// 1. The new archive: every record below the cut the state still reads.
-	if err := os.MkdirAll(arcDir, 0o750); err != nil {
-		return rep, err
+	if err := log.MkdirAllDurable(arcDir, 0o750); err != nil {
+		return rep, err // the archive's name must outlive the truncation below
 	}
 	arcPath := filepath.Join(arcDir, fmt.Sprintf("arc-%020d.wba", cut))
 	if len(needed) > 0 {
@@ -337,13 +337,19 @@ func retainHistory(l *log.Log, archives []*log.Archive, needed []projection.Ref,
 		to = dropped[len(dropped)-1]
 	}
 	entityDir := RetainedDir(dir, e.ID)
-	if err := os.MkdirAll(entityDir, 0o750); err != nil {
+	if err := log.MkdirAllDurable(entityDir, 0o750); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(entityDir, RetainedNameFile), []byte(e.Name+"\n"), 0o640); err != nil {
 		return "", err
 	}
+	// Two compactions can drop the same range (the second one only a
+	// record the first kept because it was live then); the history of the
+	// first must stay, so a name in use gets a number.
 	path := filepath.Join(entityDir, fmt.Sprintf("history-%020d-%020d.wba", from, to))
+	for n := 2; exists(path); n++ {
+		path = filepath.Join(entityDir, fmt.Sprintf("history-%020d-%020d-%d.wba", from, to, n))
+	}
 	w, err := log.CreateArchive(path)
 	if err != nil {
 		return "", err
@@ -398,4 +404,9 @@ func dirSize(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }

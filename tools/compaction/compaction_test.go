@@ -586,3 +586,133 @@ func TestCompactLogEndingOnASegmentBoundary(t *testing.T) {
 			hist.Len(), hist.Last(), rep.Dropped, first)
 	}
 }
+
+// segments counts the log's segment files and says whether one starts at
+// index at.
+func segments(t *testing.T, logDir string, at uint64) (int, bool) {
+	t.Helper()
+	files, err := os.ReadDir(logDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := false
+	for _, f := range files {
+		if f.Name() == log.SegmentName(at) {
+			starts = true
+		}
+	}
+	return len(files), starts
+}
+
+func (h *history) filler(id uint64) {
+	h.do(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{message(id, 300)}})
+	ev := h.do(projection.Lock{Queue: log.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0), Nonce: id})[0]
+	h.do(projection.Settle{Queue: log.MainQueue, Token: ev.Token, Outcome: projection.Complete})
+	h.sync()
+}
+
+// Two compactions with --retain can drop the same index range: A archives a
+// live (deferred) message M at the cut, B retains the rest of that range,
+// M is completed, and C, at the same cut, drops M. C's history must not
+// replace B's: every record B retained is still in the retained history.
+func TestRetainNeverReplacesAnEarlierHistory(t *testing.T) {
+	h := newHistory(t, projection.DefaultConfig(), 8<<10, 11)
+	h.all = map[uint64][]byte{}
+	logDir := filepath.Join(h.dir, "log")
+	retain := t.TempDir()
+
+	// A live (deferred) message M whose record is the last of a segment.
+	var m uint64
+	for id := uint64(1); m == 0; id++ {
+		ev := h.do(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{message(id, 300)}})[0]
+		lk := h.do(projection.Lock{Queue: log.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0), Nonce: id})[0]
+		h.sync()
+		outcome := projection.Complete
+		if _, starts := segments(t, logDir, lk.Index); starts {
+			m, outcome = ev.Index, projection.Defer
+		}
+		h.do(projection.Settle{Queue: log.MainQueue, Token: lk.Token, Outcome: outcome})
+		h.sync()
+	}
+	h.filler(1000) // the last segment holds records: the cut is M+1
+	h.close()
+	repA, err := compaction.Compact(h.data, compaction.Options{Retain: retain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if repA[0].Cut != m+1 {
+		t.Fatalf("A cut at %d, want %d", repA[0].Cut, m+1)
+	}
+
+	// More traffic: two more segments; stop just after one begins.
+	h.open()
+	n0, _ := segments(t, logDir, 0)
+	for id := uint64(2000); ; id++ {
+		h.filler(id)
+		if n, _ := segments(t, logDir, 0); n >= n0+2 {
+			break
+		}
+	}
+	h.close()
+	repB, err := compaction.Compact(h.data, compaction.Options{Retain: retain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	histB, err := log.OpenArchive(repB[0].Retained)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keptB := map[uint64][]byte{}
+	for _, idx := range histB.Indexes() {
+		ev, err := histB.Read(idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keptB[idx] = log.AppendRecord(nil, &ev)
+	}
+	histB.Close()
+
+	// M is completed; no new segment.
+	h.open()
+	lk := h.do(projection.LockBySeq{Queue: log.MainQueue, Receiver: "r", Seqs: []uint64{m}, PeekLock: true, Nonce: 1})
+	if len(lk) != 1 || lk[0].Seq != m {
+		t.Fatalf("locked %+v, want message %d", lk, m)
+	}
+	h.do(projection.Settle{Queue: log.MainQueue, Token: lk[0].Token, Outcome: projection.Complete})
+	h.close()
+	repC, err := compaction.Compact(h.data, compaction.Options{Retain: retain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if repC[0].Cut != repB[0].Cut {
+		t.Fatalf("scenario not reached: C cut at %d, B at %d", repC[0].Cut, repB[0].Cut)
+	}
+
+	// Every record history B kept is still kept somewhere under retain.
+	seen := map[uint64][]byte{}
+	paths, _ := filepath.Glob(filepath.Join(retain, "*", compaction.RetainedGlob))
+	for _, p := range paths {
+		a, err := log.OpenArchive(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, idx := range a.Indexes() {
+			ev, err := a.Read(idx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[idx] = log.AppendRecord(nil, &ev)
+		}
+		a.Close()
+	}
+	lost := 0
+	for idx, rec := range keptB {
+		if got, ok := seen[idx]; !ok || !bytes.Equal(got, rec) {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of the %d records compaction B retained in %s are no longer in the retained history (compaction C wrote %s)",
+			lost, len(keptB), filepath.Base(repB[0].Retained), filepath.Base(repC[0].Retained))
+	}
+}
