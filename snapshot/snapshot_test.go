@@ -12,13 +12,13 @@ import (
 	"github.com/walbus/walbus/projection"
 )
 
-// state builds an entity with some messages in several states.
-func state(t testing.TB, n int) *projection.Entity {
-	t.Helper()
-	e := projection.New()
+// applier decides and applies commands on e at a fixed time, numbering the
+// events as a log would.
+func applier(t testing.TB, e *projection.Entity) func(projection.Command) {
 	now := int64(1_700_000_000_000_000_000)
-	idx := uint64(0)
-	apply := func(cmd projection.Command) {
+	idx := e.LastIndex()
+	return func(cmd projection.Command) {
+		t.Helper()
 		evs, err := e.Decide(cmd, now)
 		if err != nil {
 			t.Fatal(err)
@@ -32,6 +32,13 @@ func state(t testing.TB, n int) *projection.Entity {
 			}
 		}
 	}
+}
+
+// state builds an entity with some messages in several states.
+func state(t testing.TB, n int) *projection.Entity {
+	t.Helper()
+	e := projection.New()
+	apply := applier(t, e)
 	cfg := projection.DefaultConfig()
 	cfg.DefaultTTL = time.Hour
 	apply(projection.Configure{Name: "q", Config: cfg})
@@ -273,22 +280,7 @@ func TestSnapshotBeyondACutLogIsSetAside(t *testing.T) {
 // decompression bomb, and the entity could not start.
 func TestHighlyCompressibleStateLoads(t *testing.T) {
 	e := projection.New()
-	now := int64(1_700_000_000_000_000_000)
-	idx := uint64(0)
-	apply := func(cmd projection.Command) {
-		evs, err := e.Decide(cmd, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range evs {
-			idx++
-			evs[i].Index = idx
-			evs[i].Pos = log.Position{Offset: uint32(idx * 100), Size: 50}
-			if err := e.Apply(&evs[i]); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	apply := applier(t, e)
 	cfg := projection.DefaultConfig()
 	cfg.RequiresSession = true
 	apply(projection.Configure{Name: "q", Config: cfg})

@@ -658,19 +658,8 @@ func TestRetainNeverReplacesAnEarlierHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	histB, err := log.OpenArchive(repB[0].Retained)
-	if err != nil {
-		t.Fatal(err)
-	}
 	keptB := map[uint64][]byte{}
-	for _, idx := range histB.Indexes() {
-		ev, err := histB.Read(idx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keptB[idx] = log.AppendRecord(nil, &ev)
-	}
-	histB.Close()
+	archiveRecords(t, repB[0].Retained, keptB)
 
 	// M is completed; no new segment.
 	h.open()
@@ -692,18 +681,7 @@ func TestRetainNeverReplacesAnEarlierHistory(t *testing.T) {
 	seen := map[uint64][]byte{}
 	paths, _ := filepath.Glob(filepath.Join(retain, "*", compaction.RetainedGlob))
 	for _, p := range paths {
-		a, err := log.OpenArchive(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, idx := range a.Indexes() {
-			ev, err := a.Read(idx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen[idx] = log.AppendRecord(nil, &ev)
-		}
-		a.Close()
+		archiveRecords(t, p, seen)
 	}
 	lost := 0
 	for idx, rec := range keptB {
@@ -714,5 +692,22 @@ func TestRetainNeverReplacesAnEarlierHistory(t *testing.T) {
 	if lost > 0 {
 		t.Fatalf("%d of the %d records compaction B retained in %s are no longer in the retained history (compaction C wrote %s)",
 			lost, len(keptB), filepath.Base(repB[0].Retained), filepath.Base(repC[0].Retained))
+	}
+}
+
+// archiveRecords adds the records of the archive at path to into, by index.
+func archiveRecords(t *testing.T, path string, into map[uint64][]byte) {
+	t.Helper()
+	a, err := log.OpenArchive(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for _, idx := range a.Indexes() {
+		ev, err := a.Read(idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		into[idx] = log.AppendRecord(nil, &ev)
 	}
 }
