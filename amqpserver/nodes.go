@@ -25,7 +25,17 @@ func (cs *connState) attachNode(l *transport.Link, mgmt *mgmtTarget) {
 			l.Refuse(&frames.Error{Condition: condNotAllowed, Description: "no keys are configured"})
 			return
 		}
-		if err := l.AcceptInbound(nil, &requestLink{cs: cs, mgmt: mgmt}); err != nil {
+		var reply *transport.Reply
+		if mgmt != nil {
+			// Requests carry whole messages (schedule-message): a client
+			// told the entity's limit refuses an oversize one itself, as
+			// its sender does, instead of getting a status the Go SDK
+			// takes for a broken connection (413).
+			if cfg, err := mgmt.e.Config(); err == nil {
+				reply = &transport.Reply{MaxMessageSize: uint64(cfg.MaxMessageSize) + requestEnvelope}
+			}
+		}
+		if err := l.AcceptInbound(reply, &requestLink{cs: cs, mgmt: mgmt}); err != nil {
 			return
 		}
 		return
@@ -60,6 +70,11 @@ func (cs *connState) managementTarget(l *transport.Link, address string) *mgmtTa
 	}
 	return &mgmtTarget{e: e, queue: queue, path: address, links: cs, owner: "mgmt:" + l.Name()}
 }
+
+// requestEnvelope is the room a management request takes around one
+// message of the entity's maximum size (the request's properties and the
+// map holding the message, its id, session id and partition key).
+const requestEnvelope = 1 << 10
 
 // requestLink receives requests for a node.
 type requestLink struct {

@@ -1,6 +1,7 @@
 package amqpserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -79,4 +80,28 @@ func TestSDKErrorsClassified(t *testing.T) {
 			t.Fatalf("expired token: %v", err)
 		}
 	})
+}
+
+// Scheduling a message larger than the queue takes fails at once in the
+// client, as sending it does: the management link carries the queue's
+// limit. A 413 from the broker instead made the Go SDK rebuild its
+// connection for about 45 seconds before giving up (CodeConnectionLost).
+func TestSDKScheduleOversizeFailsAtOnce(t *testing.T) {
+	small := projection.DefaultConfig()
+	small.MaxMessageSize = 64 << 10
+	tb := startBroker(t, map[string]projection.Config{"small": small})
+	s, _ := tb.client(t).NewSender("small", nil)
+	ctx, cancel := contextWithTimeout(t, 10*time.Second)
+	defer cancel()
+	_, err := s.ScheduleMessages(ctx, []*azservicebus.Message{{Body: make([]byte, 100<<10)}}, time.Now().Add(time.Hour), nil)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || sbCode(err) == azservicebus.CodeConnectionLost {
+		t.Fatalf("scheduling 100 KiB on a 64 KiB queue: %v", err)
+	}
+	if !strings.Contains(err.Error(), "message-size-exceeded") {
+		t.Fatalf("scheduling 100 KiB on a 64 KiB queue: %v, want the link's message-size-exceeded", err)
+	}
+	// Within the limit, it is scheduled.
+	if _, err := s.ScheduleMessages(ctxT(t), []*azservicebus.Message{{Body: make([]byte, 60<<10)}}, time.Now().Add(time.Hour), nil); err != nil {
+		t.Fatalf("scheduling 60 KiB on a 64 KiB queue: %v", err)
+	}
 }
