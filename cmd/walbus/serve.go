@@ -39,7 +39,7 @@ type serveOptions struct {
 	sync, logLevel, logFormat, keysFile                          string
 	syncInterval                                                 time.Duration
 	keys                                                         keyFlags
-	noDefaultKey, httpTLS, pprof                                 bool
+	noDefaultKey, httpTLS, pprof, repair                         bool
 	limits                                                       transport.Config
 	maxFrameSize, maxMessageSize                                 int
 	segmentSize, cacheSize                                       int
@@ -80,6 +80,7 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key file (PEM)")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:5300", "HTTP listen address for /health and /metrics; empty to disable")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler at /debug/pprof/ on --http (for performance work)")
+	fs.BoolVar(&o.repair, "repair", false, "start even if a log's last segment is damaged, cutting it at the damage: the records from there on are lost (walbus verify shows what they are)")
 	fs.BoolVar(&o.httpTLS, "http-tls", false, "serve --http as HTTPS with --tls-cert and --tls-key")
 	fs.StringVar(&o.config, "config", "", "emulator Config.json: entities to create if they do not exist")
 	fs.StringVar(&o.sync, "sync", "always", "fsync policy: always (nothing acknowledged before fsync), interval, or none (unsafe)")
@@ -343,7 +344,7 @@ func serve(args []string) int {
 	policy, _ := log.ParseSyncPolicy(o.sync)
 	var release memoryReleaser
 	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, CacheBytes: int64(o.cacheSize), Logger: logger,
-		IdleCheckpoint: cmp.Or(o.idleCheckpoint, -1),
+		Repair: o.repair, IdleCheckpoint: cmp.Or(o.idleCheckpoint, -1),
 		OnCommit: func(entity string, s log.CommitStats) {
 			release.touch()
 			metrics.ObserveCommit(entity, s)
@@ -351,6 +352,10 @@ func serve(args []string) int {
 		OnSnapshot: metrics.ObserveSnapshot, OnFirstDelivery: metrics.ObserveFirstDelivery})
 	if err != nil {
 		logger.Error("cannot start", "err", err)
+		if errors.Is(err, log.ErrCorrupt) {
+			logger.Error("a log is damaged where records follow: `walbus verify --data " + o.data + "` shows what reads back; " +
+				"`walbus serve --repair` starts by cutting the log at the damage, losing the records from there on")
+		}
 		return 1
 	}
 	metrics.ObserveRecovery(rec)

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
+	"github.com/walbus/walbus/log"
 )
 
 // runWalbus runs the binary to completion and returns its exit status and
@@ -277,4 +280,89 @@ func TestTLSChild(t *testing.T) {
 		t.Fatalf("receive over TLS: %v %v", msgs, err)
 	}
 	t.Log("received over TLS")
+}
+
+// A log damaged where written records follow (here a bit flipped in an
+// early message's record) stops the start with exit 1 and says what to do;
+// with --repair walbus starts, cutting the log at the damage: the
+// messages before it are there, those from it on are gone.
+func TestRepairFlag(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p := startWalbus(t, dir, "--config", writeConfig(t, "orders", ""), "--idle-checkpoint", "0")
+	client := p.sdkClient()
+	s, err := client.NewSender("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := s.SendMessage(ctx, &azservicebus.Message{Body: []byte(fmt.Sprint("m", i))}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client.Close(ctx)
+	p.kill()
+
+	// Flip a byte inside the fourth message's record.
+	logs, _ := filepath.Glob(filepath.Join(dir, "entities", "*", "log"))
+	if len(logs) != 1 {
+		t.Fatalf("entity logs %v", logs)
+	}
+	ro, err := log.OpenReadOnly(logs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at int64
+	var seg string
+	enqueued := 0
+	for _, sg := range ro.Segments() {
+		ro.WalkSegment(sg.First, func(rec log.RecordInfo) error {
+			if rec.Event.Type == log.Enqueued {
+				if enqueued++; enqueued == 4 {
+					at, seg = rec.Offset+int64(rec.Size)/2, sg.Path
+				}
+			}
+			return nil
+		})
+	}
+	ro.Close()
+	if seg == "" {
+		t.Fatal("no fourth message in the log")
+	}
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[at] ^= 0x40
+	if err := os.WriteFile(seg, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errOut := runWalbus(t, nil, "serve", "--data", dir, "--amqp", "127.0.0.1:0", "--http", "")
+	if code != 1 || !strings.Contains(out+errOut, "corrupt") || !strings.Contains(out+errOut, "--repair") {
+		t.Fatalf("serve on a damaged log: exit %d\n%s%s", code, out, errOut)
+	}
+
+	p = startWalbus(t, dir, "--repair", "--idle-checkpoint", "0")
+	if !strings.Contains(p.logs(), "log tail repaired") {
+		t.Fatalf("no repair in the log:\n%s", p.logs())
+	}
+	client = p.sdkClient()
+	defer client.Close(ctx)
+	r, err := client.NewReceiverForQueue("orders", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := r.PeekMessages(ctx, 20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bodies []string
+	for _, m := range msgs {
+		bodies = append(bodies, string(m.Body))
+	}
+	if !slices.Equal(bodies, []string{"m0", "m1", "m2"}) {
+		t.Fatalf("after the repair the queue holds %v, want the three messages before the damage", bodies)
+	}
 }
