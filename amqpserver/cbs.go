@@ -31,17 +31,37 @@ type claims struct {
 	all []claim
 }
 
-// put adds or replaces the claim for c.path.
-func (cs *claims) put(c claim) {
+// maxClaims bounds the claims one connection holds: a client puts a
+// token per entity it uses, and expired ones are dropped as new ones come.
+const maxClaims = 4096
+
+// errTooManyClaims refuses a claim beyond maxClaims.
+var errTooManyClaims = fmt.Errorf("a connection may hold claims for at most %d paths at once", maxClaims)
+
+// put adds or replaces the claim for c.path, dropping claims that expired
+// before now.
+func (cs *claims) put(c claim, now time.Time) error {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	live := cs.all[:0]
+	for _, old := range cs.all {
+		if old.expiry.IsZero() || old.expiry.After(now) {
+			live = append(live, old)
+		}
+	}
+	clear(cs.all[len(live):])
+	cs.all = live
 	for i := range cs.all {
 		if cs.all[i].path == c.path {
 			cs.all[i] = c
-			return
+			return nil
 		}
 	}
+	if len(cs.all) >= maxClaims {
+		return errTooManyClaims
+	}
 	cs.all = append(cs.all, c)
+	return nil
 }
 
 // allows reports whether a live claim covers entity path with rights want,
@@ -144,7 +164,9 @@ func putToken(req *rpcRequest, keys sas.Keys, b *broker.Broker, cs *claims, now 
 				description: fmt.Sprintf("The messaging entity '%s' could not be found.", audience)}
 		}
 	}
-	cs.put(claim{path: strings.ToLower(path), rights: key.Rights, expiry: tok.Expiry})
+	if err := cs.put(claim{path: strings.ToLower(path), rights: key.Rights, expiry: tok.Expiry}, now); err != nil {
+		return rpcResponse{status: 403, condition: condResourceLimit, description: err.Error()}
+	}
 	return rpcResponse{status: 202, description: "Accepted"}
 }
 

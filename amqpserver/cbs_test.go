@@ -1,6 +1,8 @@
 package amqpserver
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +113,39 @@ func TestAudiencePathAndEntity(t *testing.T) {
 		if got := entityOf(path); got != want {
 			t.Errorf("entityOf(%q) = %q, want %q", path, got, want)
 		}
+	}
+}
+
+// A connection's claims drop those that expired whenever a new one comes,
+// and are bounded: a client putting tokens for ever new paths gets a
+// refusal past maxClaims, while replacing a claim it holds still works.
+func TestClaimsDropExpiredAndAreBounded(t *testing.T) {
+	var cs claims
+	now := time.Unix(1_800_000_000, 0)
+	for i := range 10 {
+		if err := cs.put(claim{path: fmt.Sprint("old", i), rights: sas.Listen, expiry: now.Add(time.Second)}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := now.Add(2 * time.Second)
+	if err := cs.put(claim{path: "q1", rights: sas.Listen, expiry: later.Add(time.Hour)}, later); err != nil {
+		t.Fatal(err)
+	}
+	if len(cs.all) != 1 {
+		t.Fatalf("%d claims held after ten expired, want 1", len(cs.all))
+	}
+	for i := 1; i < maxClaims; i++ {
+		if err := cs.put(claim{path: fmt.Sprint("q", i+1), rights: sas.Listen, expiry: later.Add(time.Hour)}, later); err != nil {
+			t.Fatalf("claim %d: %v", i+1, err)
+		}
+	}
+	if err := cs.put(claim{path: "one-too-many", rights: sas.Listen, expiry: later.Add(time.Hour)}, later); !errors.Is(err, errTooManyClaims) {
+		t.Fatalf("claim %d: %v", maxClaims+1, err)
+	}
+	if err := cs.put(claim{path: "q1", rights: sas.Manage, expiry: later.Add(2 * time.Hour)}, later); err != nil {
+		t.Fatalf("replacing a held claim at the limit: %v", err)
+	}
+	if ok, _ := cs.allows("q1", sas.Send, later); !ok {
+		t.Fatal("the replaced claim does not grant its new rights")
 	}
 }

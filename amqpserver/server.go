@@ -121,7 +121,7 @@ func (s *Server) Authenticate(info transport.ConnInfo, cred transport.Credential
 	if !ok || subtle.ConstantTimeCompare([]byte(key.Value), []byte(cred.Password)) != 1 {
 		return nil, errors.New("unknown key name or wrong key")
 	}
-	cs.claims.put(claim{path: "", rights: key.Rights})
+	_ = cs.claims.put(claim{path: "", rights: key.Rights}, time.Time{}) // the first claim: never too many
 	return cs, nil
 }
 
