@@ -235,11 +235,16 @@ func (rl *receiverLink) accept(reply *transport.Reply) {
 }
 
 // Credit passes the client's credit to the broker receiver. The two count
-// the same deliveries: every broker delivery is sent on this link.
+// the same deliveries: every broker delivery is sent on this link. The
+// link's delivery-count also counts credit given up by drains, which the
+// broker never handed out, so that part is taken off (a JS client drains
+// after nearly every receiveMessages call with credit left: counted as
+// deliveries, it let the broker lock messages the link had no credit for).
 func (rl *receiverLink) Credit(l *transport.Link, c transport.Credit) {
 	rl.mu.Lock()
 	rl.sendHeld()
 	rl.mu.Unlock()
+	rl.r.SetLimit(c.Limit - c.Drained)
 	if c.Drain {
 		rl.r.Drain(func(uint64) {
 			rl.mu.Lock()
@@ -249,7 +254,6 @@ func (rl *receiverLink) Credit(l *transport.Link, c transport.Credit) {
 		})
 		return
 	}
-	rl.r.SetLimit(c.Limit)
 }
 
 // deliver sends one broker delivery, from a broker goroutine.

@@ -115,8 +115,13 @@ type Credit struct {
 	// Limit is the total number of deliveries the peer allows on the link
 	// so far: delivery-count + link-credit from its last flow.
 	Limit uint64
-	// Sent is the number of deliveries sent so far (our delivery-count).
+	// Sent is our delivery-count: the deliveries sent so far, plus the
+	// credit given up by answering drains.
 	Sent uint64
+	// Drained is the part of Limit and Sent that drains gave up: credit
+	// the delivery-count advanced by without a delivery (§2.6.7). Limit -
+	// Drained counts deliveries only.
+	Drained uint64
 	// Drain is set while the peer's drain request is unanswered.
 	Drain bool
 }

@@ -47,6 +47,7 @@ type Link struct {
 	// Outbound: we are the sender. Our initial-delivery-count is 0, so
 	// delivery-count is uint32(sent).
 	sent         uint64
+	drained      uint64 // of sent, credit given up answering drains
 	credit       uint32 // link-credit(snd)
 	drainPending bool
 	drainMode    bool

@@ -161,7 +161,7 @@ func (l *Link) Credit() Credit {
 }
 
 func (l *Link) creditLocked() Credit {
-	return Credit{Limit: l.sent + uint64(l.credit), Sent: l.sent, Drain: l.drainPending}
+	return Credit{Limit: l.sent + uint64(l.credit), Sent: l.sent, Drained: l.drained, Drain: l.drainPending}
 }
 
 // Drained answers the peer's drain request once the handler has sent what
@@ -190,6 +190,7 @@ func (l *Link) Drained() error {
 // mu held.
 func (l *Link) answerDrain() {
 	l.sent += uint64(l.credit)
+	l.drained += uint64(l.credit)
 	l.credit = 0
 	l.drainPending = false
 	l.drainMode = true

@@ -1,0 +1,200 @@
+package amqpserver
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/walbus/walbus/amqpserver/frames"
+	"github.com/walbus/walbus/index"
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/projection"
+)
+
+// The JS SDK's receiveMessages(n) adds credit, waits, then drains with the
+// credit still outstanding (rhea: flow{drain=true, link-credit=<remaining>}).
+// The server consumes that credit (delivery-count advances by it). The next
+// receiveMessages(1) grants one credit on top of the new delivery-count; the
+// broker must then lock one message for the link, not one plus the credit
+// drained away before.
+func TestDrainedCreditIsNotGrantedAgain(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	e, _ := b.Entity("q1")
+	sess := plainConn(t, addr)
+	snd, err := sess.NewSender(ctxT(t), "q1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := dialFrames(t, addr)
+	js.attachPeekLock(0, "js-receiver", "q1")
+	// receiveMessages(10) on an empty queue: credit 10, then a drain with 10 left.
+	js.flow(0, 0, 10, false)
+	js.flow(0, 0, 10, true)
+	var drained *frames.Flow
+	for drained == nil {
+		p, _ := js.next()
+		if fl, ok := p.(*frames.Flow); ok && fl.Drain {
+			drained = fl
+		}
+	}
+	if drained.LinkCredit.Or(1) != 0 || drained.DeliveryCount.Or(0) != 10 {
+		t.Fatalf("drain answer: %+v", drained)
+	}
+	for _, body := range []string{"a", "b", "c"} {
+		if err := snd.Send(ctxT(t), &amqp.Message{Data: [][]byte{[]byte(body)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// receiveMessages(1): one credit from delivery-count 10 (rhea took the
+	// server's delivery-count from the drain answer).
+	js.flow(0, 10, 1, false)
+	for {
+		p, _ := js.next()
+		if _, ok := p.(*frames.Transfer); ok {
+			break
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	peek, err := e.Peek(log.MainQueue, 1, 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := 0
+	for _, d := range peek {
+		if d.State == index.Locked {
+			locked++
+		}
+	}
+	if locked != 1 {
+		t.Errorf("%d messages locked after one credit and one transfer, want 1", locked)
+	}
+	// Another receiver with credit must get b at once.
+	rcv2, err := sess.NewReceiver(ctxT(t), "q1", &amqp.ReceiverOptions{Credit: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rcv2.IssueCredit(5); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if m, err := rcv2.Receive(ctx, nil); err != nil {
+		t.Fatalf("a receiver with credit got nothing while two messages no client has wait: %v", err)
+	} else if got := string(m.GetData()); got != "b" {
+		t.Fatalf("second receiver got %q, want b", got)
+	}
+}
+
+// After a drain, credit on a link whose message's lock ran out brings that
+// message again with a fresh lock and the next one, each once: messages
+// locked for drained credit used to wait on the link, their locks ran out
+// unseen, and the next credit sent a stale copy and the same message again.
+func TestCreditAfterADrainSendsFreshLocksOnce(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	cfg := projection.DefaultConfig()
+	cfg.LockDuration = 500 * time.Millisecond
+	if _, err := b.CreateQueue("q2", cfg); err != nil {
+		t.Fatal(err)
+	}
+	sess := plainConn(t, addr)
+	snd, err := sess.NewSender(ctxT(t), "q2", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := dialFrames(t, addr)
+	js.attachPeekLock(0, "js-receiver", "q2")
+	js.flow(0, 0, 10, false)
+	js.flow(0, 0, 10, true)
+	for drained := false; !drained; {
+		p, _ := js.next()
+		fl, ok := p.(*frames.Flow)
+		drained = ok && fl.Drain
+	}
+	for _, body := range []string{"a", "b"} {
+		if err := snd.Send(ctxT(t), &amqp.Message{Data: [][]byte{[]byte(body)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js.flow(0, 10, 1, false)
+	for {
+		p, _ := js.next()
+		if _, ok := p.(*frames.Transfer); ok {
+			break
+		}
+	}
+	// The client works on "a" past its lock; then it asks for two.
+	time.Sleep(1500 * time.Millisecond)
+	js.flow(0, 11, 2, false)
+	seen := map[string]int{}
+	for len(seen) < 2 {
+		p, payload, ok := js.nextWithin(2 * time.Second)
+		if !ok {
+			t.Fatalf("only %v arrived for two credits", seen)
+		}
+		if _, isTransfer := p.(*frames.Transfer); !isTransfer {
+			continue
+		}
+		var m amqp.Message
+		if err := m.UnmarshalBinary(payload); err != nil {
+			t.Fatal(err)
+		}
+		body := string(m.GetData())
+		if seen[body]++; seen[body] > 1 {
+			t.Fatalf("message %q sent twice for two credits", body)
+		}
+		if until, _ := m.Annotations["x-opt-locked-until"].(time.Time); !until.After(time.Now()) {
+			t.Fatalf("message %q arrived with a lock that ended at %v", body, until)
+		}
+		if want := map[string]uint32{"a": 1, "b": 0}[body]; m.Header.DeliveryCount != want {
+			t.Fatalf("message %q arrived with delivery-count %d, want %d", body, m.Header.DeliveryCount, want)
+		}
+	}
+}
+
+// A JS receive-and-delete receiver: receiveMessages(10) on an empty queue
+// (credit, then drain), receiveMessages(1) (one credit, one message), then
+// close. Only one message ever crossed the wire; the two others must still
+// be in the queue. The broker removed them for the drained credit and
+// dropped them when the link closed.
+func TestReceiveAndDeleteAfterADrainTakesOnlyWhatItSends(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	e, _ := b.Entity("q1")
+	sess := plainConn(t, addr)
+	snd, err := sess.NewSender(ctxT(t), "q1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := dialFrames(t, addr)
+	js.attachReceiveAndDelete(0, "js-rad", "q1")
+	js.flow(0, 0, 10, false)
+	js.flow(0, 0, 10, true)
+	for drained := false; !drained; {
+		p, _ := js.next()
+		fl, ok := p.(*frames.Flow)
+		drained = ok && fl.Drain
+	}
+	for _, body := range []string{"a", "b", "c"} {
+		if err := snd.Send(ctxT(t), &amqp.Message{Data: [][]byte{[]byte(body)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js.flow(0, 10, 1, false)
+	for {
+		p, _ := js.next()
+		if _, ok := p.(*frames.Transfer); ok {
+			break
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	js.send(0, &frames.Detach{Handle: 0, Closed: true}, nil)
+	expectFrame[*frames.Detach](js)
+	time.Sleep(200 * time.Millisecond)
+	peek, err := e.Peek(log.MainQueue, 1, 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(peek) != 2 {
+		t.Fatalf("%d messages left after one of three was received, want 2", len(peek))
+	}
+}

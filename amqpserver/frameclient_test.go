@@ -1,0 +1,171 @@
+package amqpserver
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/walbus/walbus/amqpserver/frames"
+)
+
+// frameClient speaks AMQP frame by frame, for what go-amqp does not do the way
+// rhea (the JS SDK's AMQP library) does: a drain flow with credit left.
+type frameClient struct {
+	t  testing.TB
+	nc net.Conn
+	r  *bufio.Reader
+}
+
+func dialFrames(t testing.TB, addr string) *frameClient {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
+	r := &frameClient{t: t, nc: nc, r: bufio.NewReader(nc)}
+	r.write(frames.AppendProtocolHeader(nil, frames.ProtocolSASL))
+	r.readHeader()
+	expectFrame[*frames.SASLMechanisms](r)
+	r.write(frames.AppendFrame(nil, frames.TypeSASL, 0, &frames.SASLInit{Mechanism: "PLAIN",
+		InitialResponse: []byte("\x00RootManageSharedAccessKey\x00SAS_KEY_VALUE")}, nil))
+	if o := expectFrame[*frames.SASLOutcome](r); o.Code != frames.SASLOK {
+		t.Fatalf("sasl outcome %d", o.Code)
+	}
+	r.write(frames.AppendProtocolHeader(nil, frames.ProtocolAMQP))
+	r.readHeader()
+	r.send(0, &frames.Open{ContainerID: "raw"}, nil)
+	expectFrame[*frames.Open](r)
+	r.send(0, &frames.Begin{NextOutgoingID: 0, IncomingWindow: 5000, OutgoingWindow: 5000}, nil)
+	expectFrame[*frames.Begin](r)
+	return r
+}
+
+func (r *frameClient) write(b []byte) {
+	r.t.Helper()
+	if _, err := r.nc.Write(b); err != nil {
+		r.t.Fatalf("raw write: %v", err)
+	}
+}
+
+func (r *frameClient) readHeader() {
+	r.t.Helper()
+	var b [8]byte
+	if _, err := io.ReadFull(r.r, b[:]); err != nil {
+		r.t.Fatalf("read protocol header: %v", err)
+	}
+}
+
+func (r *frameClient) send(ch uint16, p frames.Performative, payload []byte) {
+	r.write(frames.AppendFrame(nil, frames.TypeAMQP, ch, p, payload))
+}
+
+// next returns the next non-empty frame's performative and payload.
+func (r *frameClient) next() (frames.Performative, []byte) {
+	r.t.Helper()
+	for {
+		var hdr [8]byte
+		if _, err := io.ReadFull(r.r, hdr[:]); err != nil {
+			r.t.Fatalf("read frame: %v", err)
+		}
+		h, err := frames.ParseHeader(hdr[:])
+		if err != nil {
+			r.t.Fatalf("frame header: %v", err)
+		}
+		rest := make([]byte, h.Size-8)
+		if _, err := io.ReadFull(r.r, rest); err != nil {
+			r.t.Fatalf("read frame: %v", err)
+		}
+		body := rest[h.BodyOffset()-8:]
+		if len(body) == 0 {
+			continue
+		}
+		p, payload, err := frames.ParseBody(body)
+		if err != nil {
+			r.t.Fatalf("frame body: %v", err)
+		}
+		return p, payload
+	}
+}
+
+// nextWithin is next with a deadline; ok is false if nothing came.
+func (r *frameClient) nextWithin(d time.Duration) (p frames.Performative, payload []byte, ok bool) {
+	r.t.Helper()
+	_ = r.nc.SetReadDeadline(time.Now().Add(d))
+	defer r.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	var hdr [8]byte
+	if _, err := io.ReadFull(r.r, hdr[:]); err != nil {
+		if ne, isNet := err.(net.Error); isNet && ne.Timeout() {
+			return nil, nil, false
+		}
+		r.t.Fatalf("read frame: %v", err)
+	}
+	h, err := frames.ParseHeader(hdr[:])
+	if err != nil {
+		r.t.Fatalf("frame header: %v", err)
+	}
+	rest := make([]byte, h.Size-8)
+	if _, err := io.ReadFull(r.r, rest); err != nil {
+		r.t.Fatalf("read frame: %v", err)
+	}
+	body := rest[h.BodyOffset()-8:]
+	if len(body) == 0 {
+		return r.nextWithin(d)
+	}
+	p, payload, err = frames.ParseBody(body)
+	if err != nil {
+		r.t.Fatalf("frame body: %v", err)
+	}
+	return p, payload, true
+}
+
+func expectFrame[T frames.Performative](r *frameClient) T {
+	r.t.Helper()
+	p, _ := r.next()
+	v, ok := p.(T)
+	if !ok {
+		var zero T
+		r.t.Fatalf("got %T %+v, want %T", p, p, zero)
+	}
+	return v
+}
+
+// attachPeekLock attaches a peek-lock receiver as rhea does for the JS SDK
+// (rcv-settle-mode second, snd-settle-mode unsettled).
+func (r *frameClient) attachPeekLock(handle uint32, name, address string) *frames.Attach {
+	r.t.Helper()
+	r.send(0, &frames.Attach{
+		Name: name, Handle: handle, Role: frames.RoleReceiver,
+		SndSettleMode: frames.Some(frames.SenderSettleUnsettled),
+		RcvSettleMode: frames.Some(frames.ReceiverSettleSecond),
+		Source:        &frames.Source{Address: address},
+		Target:        &frames.Target{Address: name},
+	}, nil)
+	return expectFrame[*frames.Attach](r)
+}
+
+// flow sends a link flow as rhea does: absolute credit from its delivery-count.
+func (r *frameClient) flow(handle, deliveryCount, credit uint32, drain bool) {
+	r.send(0, &frames.Flow{
+		NextIncomingID: frames.Some[uint32](0), IncomingWindow: 5000, NextOutgoingID: 0, OutgoingWindow: 5000,
+		Handle: frames.Some(handle), DeliveryCount: frames.Some(deliveryCount), LinkCredit: frames.Some(credit),
+		Drain: drain,
+	}, nil)
+}
+
+// attachReceiveAndDelete attaches a receive-and-delete receiver as rhea does
+// (snd-settle-mode settled, rcv-settle-mode first).
+func (r *frameClient) attachReceiveAndDelete(handle uint32, name, address string) *frames.Attach {
+	r.t.Helper()
+	r.send(0, &frames.Attach{
+		Name: name, Handle: handle, Role: frames.RoleReceiver,
+		SndSettleMode: frames.Some(frames.SenderSettleSettled),
+		RcvSettleMode: frames.Some(frames.ReceiverSettleFirst),
+		Source:        &frames.Source{Address: address},
+		Target:        &frames.Target{Address: name},
+	}, nil)
+	return expectFrame[*frames.Attach](r)
+}
