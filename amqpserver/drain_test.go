@@ -22,39 +22,11 @@ func TestDrainedCreditIsNotGrantedAgain(t *testing.T) {
 	b, addr := startRaw(t, Config{})
 	e, _ := b.Entity("q1")
 	sess := plainConn(t, addr)
-	snd, err := sess.NewSender(ctxT(t), "q1", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js := dialFrames(t, addr)
-	js.attachPeekLock(0, "js-receiver", "q1")
-	// receiveMessages(10) on an empty queue: credit 10, then a drain with 10 left.
-	js.flow(0, 0, 10, false)
-	js.flow(0, 0, 10, true)
-	var drained *frames.Flow
-	for drained == nil {
-		p, _ := js.next()
-		if fl, ok := p.(*frames.Flow); ok && fl.Drain {
-			drained = fl
-		}
-	}
-	if drained.LinkCredit.Or(1) != 0 || drained.DeliveryCount.Or(0) != 10 {
-		t.Fatalf("drain answer: %+v", drained)
-	}
-	for _, body := range []string{"a", "b", "c"} {
-		if err := snd.Send(ctxT(t), &amqp.Message{Data: [][]byte{[]byte(body)}}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	js := afterADrain(t, sess, addr, "q1", false, "a", "b", "c")
 	// receiveMessages(1): one credit from delivery-count 10 (rhea took the
 	// server's delivery-count from the drain answer).
 	js.flow(0, 10, 1, false)
-	for {
-		p, _ := js.next()
-		if _, ok := p.(*frames.Transfer); ok {
-			break
-		}
-	}
+	js.nextTransfer()
 	time.Sleep(300 * time.Millisecond)
 	peek, err := e.Peek(log.MainQueue, 1, 10, "")
 	if err != nil {
@@ -97,32 +69,9 @@ func TestCreditAfterADrainSendsFreshLocksOnce(t *testing.T) {
 	if _, err := b.CreateQueue("q2", cfg); err != nil {
 		t.Fatal(err)
 	}
-	sess := plainConn(t, addr)
-	snd, err := sess.NewSender(ctxT(t), "q2", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js := dialFrames(t, addr)
-	js.attachPeekLock(0, "js-receiver", "q2")
-	js.flow(0, 0, 10, false)
-	js.flow(0, 0, 10, true)
-	for drained := false; !drained; {
-		p, _ := js.next()
-		fl, ok := p.(*frames.Flow)
-		drained = ok && fl.Drain
-	}
-	for _, body := range []string{"a", "b"} {
-		if err := snd.Send(ctxT(t), &amqp.Message{Data: [][]byte{[]byte(body)}}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	js := afterADrain(t, plainConn(t, addr), addr, "q2", false, "a", "b")
 	js.flow(0, 10, 1, false)
-	for {
-		p, _ := js.next()
-		if _, ok := p.(*frames.Transfer); ok {
-			break
-		}
-	}
+	js.nextTransfer()
 	// The client works on "a" past its lock; then it asks for two.
 	time.Sleep(1500 * time.Millisecond)
 	js.flow(0, 11, 2, false)
@@ -154,38 +103,15 @@ func TestCreditAfterADrainSendsFreshLocksOnce(t *testing.T) {
 
 // A JS receive-and-delete receiver: receiveMessages(10) on an empty queue
 // (credit, then drain), receiveMessages(1) (one credit, one message), then
-// close. Only one message ever crossed the wire; the two others must still
-// be in the queue. The broker removed them for the drained credit and
-// dropped them when the link closed.
+// close. Only one message ever crossed the wire; the two others are still
+// in the queue (they were once removed for the drained credit and dropped
+// when the link closed).
 func TestReceiveAndDeleteAfterADrainTakesOnlyWhatItSends(t *testing.T) {
 	b, addr := startRaw(t, Config{})
 	e, _ := b.Entity("q1")
-	sess := plainConn(t, addr)
-	snd, err := sess.NewSender(ctxT(t), "q1", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js := dialFrames(t, addr)
-	js.attachReceiveAndDelete(0, "js-rad", "q1")
-	js.flow(0, 0, 10, false)
-	js.flow(0, 0, 10, true)
-	for drained := false; !drained; {
-		p, _ := js.next()
-		fl, ok := p.(*frames.Flow)
-		drained = ok && fl.Drain
-	}
-	for _, body := range []string{"a", "b", "c"} {
-		if err := snd.Send(ctxT(t), &amqp.Message{Data: [][]byte{[]byte(body)}}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	js := afterADrain(t, plainConn(t, addr), addr, "q1", true, "a", "b", "c")
 	js.flow(0, 10, 1, false)
-	for {
-		p, _ := js.next()
-		if _, ok := p.(*frames.Transfer); ok {
-			break
-		}
-	}
+	js.nextTransfer()
 	time.Sleep(200 * time.Millisecond)
 	js.send(0, &frames.Detach{Handle: 0, Closed: true}, nil)
 	expectFrame[*frames.Detach](js)
@@ -196,5 +122,54 @@ func TestReceiveAndDeleteAfterADrainTakesOnlyWhatItSends(t *testing.T) {
 	}
 	if len(peek) != 2 {
 		t.Fatalf("%d messages left after one of three was received, want 2", len(peek))
+	}
+}
+
+// afterADrain attaches a JS-like receiver on handle 0 of queue, lets it
+// ask for ten messages of the empty queue and drain, then sends bodies.
+func afterADrain(t *testing.T, sess *amqp.Session, addr, queue string, receiveAndDelete bool, bodies ...string) *frameClient {
+	t.Helper()
+	snd, err := sess.NewSender(ctxT(t), queue, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := dialFrames(t, addr)
+	js.attachJS(0, "js-receiver", queue, receiveAndDelete)
+	js.receiveNothing(10)
+	for _, body := range bodies {
+		if err := snd.Send(ctxT(t), &amqp.Message{Data: [][]byte{[]byte(body)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return js
+}
+
+// receiveNothing is the JS SDK's receiveMessages(n) on handle 0 of an
+// empty queue: credit n, then rhea's drain with all n left, answered by
+// flow(drain, delivery-count n, link-credit 0).
+func (r *frameClient) receiveNothing(n uint32) {
+	r.t.Helper()
+	r.flow(0, 0, n, false)
+	r.flow(0, 0, n, true)
+	for {
+		p, _ := r.next()
+		if fl, ok := p.(*frames.Flow); ok && fl.Drain {
+			if fl.LinkCredit.Or(1) != 0 || fl.DeliveryCount.Or(0) != n {
+				r.t.Fatalf("drain answer: %+v", fl)
+			}
+			return
+		}
+	}
+}
+
+// nextTransfer skips frames up to the next transfer.
+func (r *frameClient) nextTransfer() {
+	r.t.Helper()
+	for {
+		if p, _ := r.next(); p != nil {
+			if _, ok := p.(*frames.Transfer); ok {
+				return
+			}
+		}
 	}
 }

@@ -66,9 +66,24 @@ func (r *frameClient) send(ch uint16, p frames.Performative, payload []byte) {
 // next returns the next non-empty frame's performative and payload.
 func (r *frameClient) next() (frames.Performative, []byte) {
 	r.t.Helper()
+	p, payload, ok := r.nextWithin(20 * time.Second)
+	if !ok {
+		r.t.Fatal("no frame within 20 s")
+	}
+	return p, payload
+}
+
+// nextWithin is next with a deadline; ok is false if nothing came.
+func (r *frameClient) nextWithin(d time.Duration) (p frames.Performative, payload []byte, ok bool) {
+	r.t.Helper()
+	_ = r.nc.SetReadDeadline(time.Now().Add(d))
+	defer r.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
 	for {
 		var hdr [8]byte
 		if _, err := io.ReadFull(r.r, hdr[:]); err != nil {
+			if ne, isNet := err.(net.Error); isNet && ne.Timeout() {
+				return nil, nil, false
+			}
 			r.t.Fatalf("read frame: %v", err)
 		}
 		h, err := frames.ParseHeader(hdr[:])
@@ -81,45 +96,14 @@ func (r *frameClient) next() (frames.Performative, []byte) {
 		}
 		body := rest[h.BodyOffset()-8:]
 		if len(body) == 0 {
-			continue
+			continue // a heartbeat
 		}
-		p, payload, err := frames.ParseBody(body)
+		p, payload, err = frames.ParseBody(body)
 		if err != nil {
 			r.t.Fatalf("frame body: %v", err)
 		}
-		return p, payload
+		return p, payload, true
 	}
-}
-
-// nextWithin is next with a deadline; ok is false if nothing came.
-func (r *frameClient) nextWithin(d time.Duration) (p frames.Performative, payload []byte, ok bool) {
-	r.t.Helper()
-	_ = r.nc.SetReadDeadline(time.Now().Add(d))
-	defer r.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
-	var hdr [8]byte
-	if _, err := io.ReadFull(r.r, hdr[:]); err != nil {
-		if ne, isNet := err.(net.Error); isNet && ne.Timeout() {
-			return nil, nil, false
-		}
-		r.t.Fatalf("read frame: %v", err)
-	}
-	h, err := frames.ParseHeader(hdr[:])
-	if err != nil {
-		r.t.Fatalf("frame header: %v", err)
-	}
-	rest := make([]byte, h.Size-8)
-	if _, err := io.ReadFull(r.r, rest); err != nil {
-		r.t.Fatalf("read frame: %v", err)
-	}
-	body := rest[h.BodyOffset()-8:]
-	if len(body) == 0 {
-		return r.nextWithin(d)
-	}
-	p, payload, err = frames.ParseBody(body)
-	if err != nil {
-		r.t.Fatalf("frame body: %v", err)
-	}
-	return p, payload, true
 }
 
 func expectFrame[T frames.Performative](r *frameClient) T {
@@ -133,14 +117,19 @@ func expectFrame[T frames.Performative](r *frameClient) T {
 	return v
 }
 
-// attachPeekLock attaches a peek-lock receiver as rhea does for the JS SDK
-// (rcv-settle-mode second, snd-settle-mode unsettled).
-func (r *frameClient) attachPeekLock(handle uint32, name, address string) *frames.Attach {
+// attachJS attaches a receiver as rhea does for the JS SDK: peek-lock
+// (snd-settle-mode unsettled, rcv-settle-mode second) or receive-and-delete
+// (settled, first).
+func (r *frameClient) attachJS(handle uint32, name, address string, receiveAndDelete bool) *frames.Attach {
 	r.t.Helper()
+	snd, rcv := frames.SenderSettleUnsettled, frames.ReceiverSettleSecond
+	if receiveAndDelete {
+		snd, rcv = frames.SenderSettleSettled, frames.ReceiverSettleFirst
+	}
 	r.send(0, &frames.Attach{
 		Name: name, Handle: handle, Role: frames.RoleReceiver,
-		SndSettleMode: frames.Some(frames.SenderSettleUnsettled),
-		RcvSettleMode: frames.Some(frames.ReceiverSettleSecond),
+		SndSettleMode: frames.Some(snd),
+		RcvSettleMode: frames.Some(rcv),
 		Source:        &frames.Source{Address: address},
 		Target:        &frames.Target{Address: name},
 	}, nil)
@@ -154,18 +143,4 @@ func (r *frameClient) flow(handle, deliveryCount, credit uint32, drain bool) {
 		Handle: frames.Some(handle), DeliveryCount: frames.Some(deliveryCount), LinkCredit: frames.Some(credit),
 		Drain: drain,
 	}, nil)
-}
-
-// attachReceiveAndDelete attaches a receive-and-delete receiver as rhea does
-// (snd-settle-mode settled, rcv-settle-mode first).
-func (r *frameClient) attachReceiveAndDelete(handle uint32, name, address string) *frames.Attach {
-	r.t.Helper()
-	r.send(0, &frames.Attach{
-		Name: name, Handle: handle, Role: frames.RoleReceiver,
-		SndSettleMode: frames.Some(frames.SenderSettleSettled),
-		RcvSettleMode: frames.Some(frames.ReceiverSettleFirst),
-		Source:        &frames.Source{Address: address},
-		Target:        &frames.Target{Address: name},
-	}, nil)
-	return expectFrame[*frames.Attach](r)
 }
