@@ -421,6 +421,14 @@ func (b *Broker) CreateQueue(name string, cfg projection.Config) (*Entity, error
 	}
 	e, _, err := b.openEntity(name, id, cfg)
 	if err != nil {
+		// Refused means not there: the namespace must not keep the
+		// record, or a retry would make a second entity of that name
+		// and a later delete remove only one of them.
+		if _, derr := b.appendNamespace(log.Event{Type: log.EntityDeleted, Name: name}); derr != nil {
+			b.logger.Error("cannot record the removal of an entity that failed to open; it reappears at the next start", "entity", name, "err", derr)
+		} else {
+			_ = os.RemoveAll(b.entityDir(id))
+		}
 		return nil, err
 	}
 	b.entities[strings.ToLower(name)] = e

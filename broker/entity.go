@@ -29,6 +29,12 @@ type Entity struct {
 	id   uint64
 	dir  string
 	log  *log.Log
+	// logRef is log for readers off the actor (Bytes); the actor swaps
+	// log when it recovers.
+	logRef atomic.Pointer[log.Log]
+	// recoverTo is, while a failed entity recovers, the last index its log
+	// had made durable: recovery cuts what came after.
+	recoverTo uint64
 
 	reqs chan func(*Entity)
 	wake chan struct{} // the log made progress
@@ -312,6 +318,13 @@ func (e *Entity) fail(err error) {
 		for r := range e.receivers {
 			r.fail(e.failed)
 		}
+		// Accept-next waiters are told too: no timer runs while the
+		// entity is failed, and recovery may take long or keep failing.
+		for _, w := range e.waiters {
+			w.done(SessionLock{}, e.failed)
+		}
+		clear(e.waiters)
+		e.waiters = e.waiters[:0]
 		e.scheduleRecovery(firstRetry)
 	}
 }
@@ -419,8 +432,9 @@ func (e *Entity) startSnapshot(then func(error)) {
 	e.snap.sinceLast = 0
 	e.snap.bytesAt = e.log.Bytes()
 	dir := layout.SnapshotDir(e.dir)
+	l := e.log // recovery may replace e.log while this runs
 	barrier := make(chan error, 1)
-	if _, err := e.log.Append(nil, func(err error) { barrier <- err }); err != nil {
+	if _, err := l.Append(nil, func(err error) { barrier <- err }); err != nil {
 		barrier <- err
 	}
 	go func() {
@@ -433,7 +447,7 @@ func (e *Entity) startSnapshot(then func(error)) {
 			err = snapshot.Prune(dir, keepSnapshots)
 		}
 		if err == nil {
-			err = e.truncate(dir, firstNeeded)
+			err = truncate(l, dir, firstNeeded)
 		}
 		elapsed := time.Since(start)
 		if hook := e.b.opts.OnSnapshot; hook != nil {
@@ -531,13 +545,13 @@ const keepSnapshots = 2
 
 // truncate drops log segments that neither the state (firstNeeded) nor the
 // replay from the oldest kept snapshot needs.
-func (e *Entity) truncate(dir string, firstNeeded uint64) error {
+func truncate(l *log.Log, dir string, firstNeeded uint64) error {
 	infos, err := snapshot.List(dir)
 	if err != nil || len(infos) < keepSnapshots {
 		return err
 	}
 	upTo := min(firstNeeded, infos[len(infos)-1].Index+1)
-	_, err = e.log.TruncateFront(upTo)
+	_, err = l.TruncateFront(upTo)
 	return err
 }
 

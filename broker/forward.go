@@ -134,6 +134,10 @@ type forwardState struct {
 	token   log.LockToken // and its lock
 	retryAt int64         // unix ns: after a failure, not before this
 	delay   time.Duration // the backoff after the last failure
+	// gen numbers the sends, across recoveries (which reset the rest): an
+	// answer for an earlier send, say one a recovery repeated, must not
+	// complete the message on its way now.
+	gen uint64
 }
 
 // forward moves the next dead-lettered message to the entity that
@@ -183,16 +187,21 @@ func (e *Entity) forward() {
 	}
 	msg := projection.Message{Body: d.Message, MessageID: d.MessageID, SessionID: d.SessionID}
 	f.busy, f.seq, f.token = true, seq, token
+	f.gen++
+	gen := f.gen
 	target.sendForwarded(msg, fw, func(err error) {
 		// done runs on the target's log writer, which must not block.
-		go e.post(func(e *Entity) { e.forwarded(err) })
+		go e.post(func(e *Entity) { e.forwarded(gen, err) })
 	})
 }
 
-// forwarded finishes a forward: the message is completed here once the
-// target has it, or left for another try.
-func (e *Entity) forwarded(err error) {
+// forwarded finishes forward number gen: the message is completed here once
+// the target has it, or left for another try.
+func (e *Entity) forwarded(gen uint64, err error) {
 	f := &e.fwd
+	if !f.busy || f.gen != gen {
+		return // an earlier send's answer: its message is not the one on its way
+	}
 	f.busy = false
 	if err != nil {
 		e.forwardFailed(fmt.Errorf("forward dead-lettered message %d: %w", f.seq, err))

@@ -257,4 +257,4 @@ func (e *Entity) Sync() error {
 }
 
 // Bytes is the size of the entity's log on disk.
-func (e *Entity) Bytes() int64 { return e.log.Bytes() }
+func (e *Entity) Bytes() int64 { return e.logRef.Load().Bytes() }

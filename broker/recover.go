@@ -33,6 +33,16 @@ func (e *Entity) load(rec *EntityRecovery) error {
 	if rep.Repair.Bytes > 0 {
 		b.logger.Warn("log tail repaired", "entity", e.name, "repair", rep.Repair.String())
 	}
+	if cut := e.recoverTo; cut > 0 && l.LastIndex() > cut && cut >= l.FirstIndex() {
+		// Records written after the last fsync that worked were refused to
+		// their callers (or never told): the state is what was durable.
+		// Replayed, a receive-and-delete that failed would remove a message
+		// nobody received.
+		if err := l.TruncateBack(cut); err != nil {
+			l.Close()
+			return fmt.Errorf("entity %s: %w", e.name, err)
+		}
+	}
 	if moved, err := snapshot.SetAsideBeyond(layout.SnapshotDir(e.dir), l.LastIndex()); err != nil {
 		l.Close()
 		return fmt.Errorf("entity %s: %w", e.name, err)
@@ -57,10 +67,11 @@ func (e *Entity) load(rec *EntityRecovery) error {
 	e.closeArchives()
 	e.archives = archives
 	e.log, e.st = l, st
+	e.logRef.Store(l)
 	e.window = log.Window{} // a repair may have cut what it holds
 	cfg := st.Config()
 	e.cfg.Store(&cfg)
-	e.fwd = forwardState{}
+	e.fwd = forwardState{gen: e.fwd.gen}
 	e.durable = l.DurableIndex()
 	e.snap.bytesAt = l.Bytes()
 	return nil
@@ -87,8 +98,15 @@ func (e *Entity) recover(lastDelay time.Duration) {
 		return
 	}
 	e.log.Close() // its sticky error is the reason we are here
+	if e.recoverTo == 0 {
+		e.recoverTo = e.log.DurableIndex()
+	}
 	var rec EntityRecovery
-	if err := e.load(&rec); err != nil {
+	err := e.load(&rec)
+	if err == nil {
+		e.recoverTo = 0
+	}
+	if err != nil {
 		next := min(2*lastDelay, maxRetry)
 		e.b.logger.Warn("entity still failing; retrying", "entity", e.name, "err", err, "retry_in", next)
 		// Keep a closed log in place: operations keep failing with e.failed.

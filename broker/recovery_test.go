@@ -1,0 +1,320 @@
+package broker
+
+import (
+	"errors"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/walbus/walbus/broker/layout"
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/projection"
+)
+
+func sessionConfig() projection.Config {
+	cfg := projection.DefaultConfig()
+	cfg.RequiresSession = true
+	return cfg
+}
+
+// An accept-next-session waiting with a deadline is answered when the
+// entity fails, also while its recovery keeps failing (here the snapshot
+// directory cannot be read, as on a failing device): no timer runs while
+// the entity is failed, so before it waited until a recovery succeeded.
+func TestSessionWaiterAnsweredWhileFailed(t *testing.T) {
+	var full atomic.Bool
+	b := openBroker(t, Options{Dir: t.TempDir(), IdleCheckpoint: -1, Fault: func(entity, op string) error {
+		if entity == "q" && full.Load() {
+			return errors.New("injected: device failing")
+		}
+		return nil
+	}})
+	defer b.Close()
+	e, err := b.CreateQueue("q", sessionConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Attach(ReceiverOptions{Name: "r", Sessions: true, Deliver: func(Delivery) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan error, 1)
+	r.AcceptSession("", 300*time.Millisecond, func(_ SessionLock, err error) { answered <- err })
+	if err := e.Sync(); err != nil { // the waiter is queued
+		t.Fatal(err)
+	}
+	// The device fails: writes, and (for the reopen) reads of the entity's
+	// snapshot directory.
+	snaps := layout.SnapshotDir(e.dir)
+	if err := os.RemoveAll(snaps); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(snaps, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	full.Store(true)
+	// A scheduled message makes no session available, so the waiter is
+	// still waiting when the entity fails.
+	sent := make(chan error, 1)
+	e.Send(log.MainQueue, []projection.Message{{Body: []byte("x"), SessionID: "s", ScheduledAt: time.Now().Add(time.Hour).UnixNano()}},
+		func(err error) { sent <- err })
+	if err := <-sent; err == nil {
+		t.Fatal("send succeeded on a failing device")
+	}
+	select {
+	case err := <-answered:
+		if err == nil {
+			t.Fatal("the waiter was given a session by a failed entity")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an accept-next-session with a 300 ms wait is still unanswered 5 s later: the entity failed, its recovery keeps failing, and the waiter is neither timed out nor told")
+	}
+}
+
+// amqpserver's accept-session callback detaches the receiver when the
+// accept fails (links.go: r.Detach(nil)) and grants credit when it succeeds
+// (rl.accept -> SetLimit); both post to the entity. The callback runs off
+// the actor, so with the actor's request channel full (a burst of more than
+// 1024 requests) the entity carries on; on the actor it blocked on itself.
+func TestAcceptSessionCallbackOnAFullQueue(t *testing.T) {
+	b := openBroker(t, Options{Dir: t.TempDir(), IdleCheckpoint: -1})
+	stuck := false
+	defer func() {
+		if !stuck { // a blocked actor would block Close too
+			b.Close()
+		}
+	}()
+	e, err := b.CreateQueue("q", sessionConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Attach(ReceiverOptions{Name: "r", Sessions: true, Deliver: func(Delivery) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Hold the actor so that requests pile up behind the accept.
+	gate := make(chan struct{})
+	held := make(chan struct{})
+	e.post(func(*Entity) { close(held); <-gate })
+	<-held
+	accepted := make(chan error, 1)
+	r.AcceptSession("", 0, func(_ SessionLock, err error) {
+		accepted <- err
+		// What amqpserver/links.go does when the accept fails.
+		if err != nil {
+			r.Detach(nil)
+		}
+	})
+	// A burst of requests from other clients fills the channel and more
+	// wait to get in.
+	for range cap(e.reqs) + 8 {
+		go e.post(func(*Entity) {})
+	}
+	for len(e.reqs) < cap(e.reqs) {
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	<-accepted
+	synced := make(chan error, 1)
+	go func() { synced <- e.Sync() }()
+	select {
+	case err := <-synced:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		stuck = true
+		t.Fatal("the entity no longer answers Sync: its actor is blocked in Receiver.Detach, called from the accept-session callback on the actor, posting to its own full request channel")
+	}
+}
+
+// Entity.Bytes (admin's /metrics calls it from HTTP goroutines) while the
+// actor's recovery replaces the entity's log: no data race (run with -race).
+func TestBytesDuringRecovery(t *testing.T) {
+	var armed atomic.Bool
+	b := openBroker(t, Options{Dir: t.TempDir(), IdleCheckpoint: -1, Fault: func(entity, op string) error {
+		if entity == "q" && op == "write" && armed.CompareAndSwap(true, false) {
+			return errors.New("injected write failure")
+		}
+		return nil
+	}})
+	defer b.Close()
+	e, err := b.CreateQueue("q", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	sent := make(chan error, 1)
+	e.Send(log.MainQueue, []projection.Message{{Body: []byte("x")}}, func(err error) { sent <- err })
+	if err := <-sent; err == nil {
+		t.Fatal("send succeeded despite the injected failure")
+	}
+	// A metrics scraper, meanwhile.
+	stop := make(chan struct{})
+	scraped := make(chan struct{})
+	go func() {
+		defer close(scraped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = e.Bytes()
+			time.Sleep(100 * time.Microsecond)
+		}
+	}()
+	time.Sleep(1500 * time.Millisecond) // the first recovery runs after 500 ms
+	close(stop)
+	<-scraped
+	sendSync(t, e, projection.Message{Body: []byte("after")})
+}
+
+// A receive-and-delete whose fsync fails: the receiver is not given the
+// message (its removal is not durable), and the recovery cuts the log back
+// to what was durable, so the message is still there. Replaying the
+// written but refused ReceivedAndDeleted removed it, never delivered.
+func TestReceiveAndDeleteKeptOnFsyncFailure(t *testing.T) {
+	var armed atomic.Bool
+	b := openBroker(t, Options{Dir: t.TempDir(), IdleCheckpoint: -1, Fault: func(entity, op string) error {
+		if entity == "q" && op == "sync" && armed.CompareAndSwap(true, false) {
+			return errors.New("injected fsync failure")
+		}
+		return nil
+	}})
+	defer b.Close()
+	e, err := b.CreateQueue("q", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendSync(t, e, projection.Message{Body: []byte("m"), MessageID: "m"}) // acknowledged: durable
+	got := make(chan Delivery, 1)
+	lost := make(chan error, 1)
+	r, err := e.Attach(ReceiverOptions{Name: "r", Mode: ReceiveAndDelete,
+		Deliver: func(d Delivery) { got <- d }, Lost: func(err error) { lost <- err }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	r.SetLimit(1)
+	select {
+	case <-lost:
+	case d := <-got:
+		t.Fatalf("delivered %d although its removal failed", d.Seq)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the receiver was neither served nor told")
+	}
+	// The entity recovers (first retry after 500 ms): wait until it takes
+	// sends again.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ch := make(chan error, 1)
+		e.Send(log.MainQueue, []projection.Message{{Body: []byte("probe"), MessageID: "probe"}}, func(err error) { ch <- err })
+		if <-ch == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the entity did not recover")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ds, err := e.Peek(log.MainQueue, 1, 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, d := range ds {
+		ids = append(ids, d.MessageID)
+	}
+	if len(ids) != 2 {
+		t.Fatalf("after recovery the queue holds %v: message m, acknowledged, was never delivered (its receive-and-delete failed) and is gone", ids)
+	}
+}
+
+// Each answer of the dead-letter forwarder finishes only its own send: an
+// answer for an earlier one (a recovery starts the message on its way
+// again, so two can be in flight) must not complete the message on its
+// way now before it has reached the target. Before, the first answer
+// completed whatever the forwarder held at that moment, and a message
+// whose own forward then failed was gone from both queues.
+func TestForwardIgnoresAStaleAnswer(t *testing.T) {
+	var hold atomic.Bool
+	gate, blocked := make(chan struct{}), make(chan struct{}, 1)
+	b := openBroker(t, Options{Dir: t.TempDir(), IdleCheckpoint: -1, Fault: func(entity, op string) error {
+		if entity == "dst" && op == "write" && hold.CompareAndSwap(true, false) {
+			blocked <- struct{}{}
+			<-gate // a slow disk
+		}
+		return nil
+	}})
+	defer b.Close()
+	dst, err := b.CreateQueue("dst", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := b.CreateQueue("src", deadLettersTo("dst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold.Store(true)
+	deadLetterOne(t, src, "y")
+	<-blocked // y's forward is on its way
+	answered := make(chan struct{})
+	src.post(func(e *Entity) { e.forwarded(e.fwd.gen-1, nil); close(answered) })
+	<-answered
+	if c, _ := src.Counts(log.DeadLetterQueue); c.Total != 1 {
+		close(gate)
+		t.Fatalf("an answer for another send completed y at the source before y reached the target (dead-letter queue %+v)", c)
+	}
+	close(gate)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, _ := src.Counts(log.DeadLetterQueue)
+		d, _ := dst.Counts(log.MainQueue)
+		if s.Total == 0 && d.Total == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("y not forwarded: source dead-letter queue %+v, target %+v", s, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// CreateQueue records the entity in the namespace log first; when the new
+// entity's own log then fails (openEntity: configure), the refused create
+// leaves no entity: a retry creates one, a delete removes it, and after a
+// restart it stays deleted (with the refused one's record left, the
+// delete removed one of two and the queue came back).
+func TestRefusedCreateLeavesNoEntity(t *testing.T) {
+	var armed atomic.Bool
+	dir := t.TempDir()
+	b := openBroker(t, Options{Dir: dir, IdleCheckpoint: -1, Fault: func(entity, op string) error {
+		if entity == "q" && op == "write" && armed.CompareAndSwap(true, false) {
+			return errors.New("injected write failure")
+		}
+		return nil
+	}})
+	armed.Store(true)
+	if _, err := b.CreateQueue("q", projection.DefaultConfig()); err == nil {
+		t.Fatal("create succeeded despite the injected failure")
+	}
+	e, err := b.CreateQueue("q", projection.DefaultConfig()) // the client retries
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendSync(t, e, projection.Message{Body: []byte("m"), MessageID: "m"})
+	if err := b.DeleteEntity("q"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openBroker(t, Options{Dir: dir, IdleCheckpoint: -1})
+	defer b.Close()
+	if e, err := b.Entity("q"); err == nil {
+		c, _ := e.Counts(log.MainQueue)
+		t.Fatalf("queue q was deleted (and its first create refused), yet after a restart it exists again, holding %+v", c)
+	}
+}
