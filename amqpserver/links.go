@@ -160,20 +160,28 @@ func (cs *connState) attachReceiver(l *transport.Link, address string) {
 		wait = 0 // a named session is granted or refused at once
 	}
 	r.AcceptSession(wanted, wait, func(lock broker.SessionLock, err error) {
-		if err != nil {
-			r.Detach(nil)
-			cs.refuse(l, linkError(err))
-			return
-		}
-		rl.mu.Lock()
-		rl.session = lock.SessionID
-		rl.mu.Unlock()
-		src := *a.Source
-		src.Filter = slices.Clone(a.Source.Filter)
-		src.Filter = src.Filter.Set(encoding.Symbol(sessionFilterKey), echoFilter(filter, lock.SessionID))
-		rl.accept(&transport.Reply{Source: &src,
-			Properties: encoding.Map{{Key: encoding.Symbol(lockedUntilUTCProp), Value: dotNetTicks(lock.LockedUntil)}}})
+		// This runs on the entity's actor; what follows calls the receiver,
+		// which posts to that actor (blocked on itself with its queue full).
+		go cs.sessionAccepted(l, r, rl, a, filter, lock, err)
 	})
+}
+
+// sessionAccepted answers a session receiver's attach once the broker has
+// locked a session for it, or refuses it.
+func (cs *connState) sessionAccepted(l *transport.Link, r *broker.Receiver, rl *receiverLink, a *frames.Attach, filter any, lock broker.SessionLock, err error) {
+	if err != nil {
+		r.Detach(nil)
+		cs.refuse(l, linkError(err))
+		return
+	}
+	rl.mu.Lock()
+	rl.session = lock.SessionID
+	rl.mu.Unlock()
+	src := *a.Source
+	src.Filter = slices.Clone(a.Source.Filter)
+	src.Filter = src.Filter.Set(encoding.Symbol(sessionFilterKey), echoFilter(filter, lock.SessionID))
+	rl.accept(&transport.Reply{Source: &src,
+		Properties: encoding.Map{{Key: encoding.Symbol(lockedUntilUTCProp), Value: dotNetTicks(lock.LockedUntil)}}})
 }
 
 // sessionFilterID returns the session a filter names ("" for the next

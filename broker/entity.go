@@ -150,6 +150,10 @@ func (e *Entity) run() {
 			for range 256 {
 				select {
 				case f := <-e.reqs:
+					// Each request sees the watermark of its arrival: one
+					// acknowledged meanwhile (a send, then a peek by the
+					// same client) is not hidden by an older one.
+					e.durable = e.log.DurableIndex()
 					f(e)
 				default:
 					break drain

@@ -72,63 +72,6 @@ func TestSessionWaiterAnsweredWhileFailed(t *testing.T) {
 	}
 }
 
-// amqpserver's accept-session callback detaches the receiver when the
-// accept fails (links.go: r.Detach(nil)) and grants credit when it succeeds
-// (rl.accept -> SetLimit); both post to the entity. The callback runs off
-// the actor, so with the actor's request channel full (a burst of more than
-// 1024 requests) the entity carries on; on the actor it blocked on itself.
-func TestAcceptSessionCallbackOnAFullQueue(t *testing.T) {
-	b := openBroker(t, Options{Dir: t.TempDir(), IdleCheckpoint: -1})
-	stuck := false
-	defer func() {
-		if !stuck { // a blocked actor would block Close too
-			b.Close()
-		}
-	}()
-	e, err := b.CreateQueue("q", sessionConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := e.Attach(ReceiverOptions{Name: "r", Sessions: true, Deliver: func(Delivery) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Hold the actor so that requests pile up behind the accept.
-	gate := make(chan struct{})
-	held := make(chan struct{})
-	e.post(func(*Entity) { close(held); <-gate })
-	<-held
-	accepted := make(chan error, 1)
-	r.AcceptSession("", 0, func(_ SessionLock, err error) {
-		accepted <- err
-		// What amqpserver/links.go does when the accept fails.
-		if err != nil {
-			r.Detach(nil)
-		}
-	})
-	// A burst of requests from other clients fills the channel and more
-	// wait to get in.
-	for range cap(e.reqs) + 8 {
-		go e.post(func(*Entity) {})
-	}
-	for len(e.reqs) < cap(e.reqs) {
-		time.Sleep(time.Millisecond)
-	}
-	close(gate)
-	<-accepted
-	synced := make(chan error, 1)
-	go func() { synced <- e.Sync() }()
-	select {
-	case err := <-synced:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		stuck = true
-		t.Fatal("the entity no longer answers Sync: its actor is blocked in Receiver.Detach, called from the accept-session callback on the actor, posting to its own full request channel")
-	}
-}
-
 // Entity.Bytes (admin's /metrics calls it from HTTP goroutines) while the
 // actor's recovery replaces the entity's log: no data race (run with -race).
 func TestBytesDuringRecovery(t *testing.T) {

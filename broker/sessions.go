@@ -29,13 +29,12 @@ type sessionWaiter struct {
 
 // AcceptSession makes r a receiver of one session: sessionID, or with an
 // empty sessionID the free session whose oldest message has waited longest,
-// waiting up to wait for one to become free. done runs once, on a goroutine
-// of its own: it may call the receiver (SetLimit, Detach), which posts to
-// the entity, and the entity's actor must never wait on its own full queue.
+// waiting up to wait for one to become free. done runs once, on a broker
+// goroutine, possibly the entity's actor: it must not block, nor call the
+// receiver or the entity (SetLimit, Detach post to the actor, which would
+// wait on its own queue when that is full); hand such work to a goroutine.
 // A named session is accepted even if it has no messages.
 func (r *Receiver) AcceptSession(sessionID string, wait time.Duration, done func(SessionLock, error)) {
-	answer := done
-	done = func(lock SessionLock, err error) { go answer(lock, err) }
 	err := r.e.post(func(e *Entity) {
 		if r.closed {
 			done(SessionLock{}, ErrClosed)
