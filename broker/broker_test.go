@@ -528,3 +528,31 @@ func TestFirstDeliveryWait(t *testing.T) {
 	}
 	recorded(3*time.Second, 2*time.Second)
 }
+
+// peekIDs is the MessageIds of the first 100 messages of e's queue, in order.
+func peekIDs(t *testing.T, e *Entity, queue uint32) []string {
+	t.Helper()
+	ds, err := e.Peek(queue, 1, 100, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, d := range ds {
+		ids = append(ids, d.MessageID)
+	}
+	return ids
+}
+
+// forwardingPair creates dst and src, whose dead-lettered messages go to dst.
+func forwardingPair(t *testing.T, b *Broker) (dst, src *Entity) {
+	t.Helper()
+	dst, err := b.CreateQueue("dst", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err = b.CreateQueue("src", deadLettersTo("dst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst, src
+}

@@ -53,15 +53,7 @@ func TestDiskFullThenSpaceReturns(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	ds, err := e.Peek(log.MainQueue, 1, 100, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, d := range ds {
-		ids = append(ids, d.MessageID)
-	}
-	if fmt.Sprint(ids) != "[before-0 before-1 before-2 before-3 before-4 after]" {
+	if ids := peekIDs(t, e, log.MainQueue); fmt.Sprint(ids) != "[before-0 before-1 before-2 before-3 before-4 after]" {
 		t.Fatalf("after recovery the queue holds %v", ids)
 	}
 }

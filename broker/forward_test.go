@@ -69,14 +69,7 @@ func TestForwardExactlyOnceAcrossAFailure(t *testing.T) {
 		},
 	})
 	defer b.Close()
-	dst, err := b.CreateQueue("dst", projection.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := b.CreateQueue("src", deadLettersTo("dst"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dst, src := forwardingPair(t, b)
 	armed.Store(true)
 	deadLetterOne(t, src, "m1")
 

@@ -162,15 +162,7 @@ func TestReceiveAndDeleteKeptOnFsyncFailure(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	ds, err := e.Peek(log.MainQueue, 1, 10, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, d := range ds {
-		ids = append(ids, d.MessageID)
-	}
-	if len(ids) != 2 {
+	if ids := peekIDs(t, e, log.MainQueue); len(ids) != 2 {
 		t.Fatalf("after recovery the queue holds %v: message m, acknowledged, was never delivered (its receive-and-delete failed) and is gone", ids)
 	}
 }
@@ -192,14 +184,7 @@ func TestForwardIgnoresAStaleAnswer(t *testing.T) {
 		return nil
 	}})
 	defer b.Close()
-	dst, err := b.CreateQueue("dst", projection.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := b.CreateQueue("src", deadLettersTo("dst"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dst, src := forwardingPair(t, b)
 	hold.Store(true)
 	deadLetterOne(t, src, "y")
 	<-blocked // y's forward is on its way
