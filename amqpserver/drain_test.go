@@ -27,7 +27,10 @@ func TestDrainedCreditIsNotGrantedAgain(t *testing.T) {
 	// server's delivery-count from the drain answer).
 	js.flow(0, 10, 1, false)
 	js.nextTransfer()
-	time.Sleep(300 * time.Millisecond)
+	// What the credit took was taken in the batch that sent the transfer.
+	if err := e.Sync(); err != nil {
+		t.Fatal(err)
+	}
 	peek, err := e.Peek(log.MainQueue, 1, 10, "")
 	if err != nil {
 		t.Fatal(err)
@@ -112,10 +115,12 @@ func TestReceiveAndDeleteAfterADrainTakesOnlyWhatItSends(t *testing.T) {
 	js := afterADrain(t, plainConn(t, addr), addr, "q1", true, "a", "b", "c")
 	js.flow(0, 10, 1, false)
 	js.nextTransfer()
-	time.Sleep(200 * time.Millisecond)
 	js.send(0, &frames.Detach{Handle: 0, Closed: true}, nil)
 	expectFrame[*frames.Detach](js)
-	time.Sleep(200 * time.Millisecond)
+	// What the credit took was taken in the batch that sent the transfer.
+	if err := e.Sync(); err != nil {
+		t.Fatal(err)
+	}
 	peek, err := e.Peek(log.MainQueue, 1, 10, "")
 	if err != nil {
 		t.Fatal(err)

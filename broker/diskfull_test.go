@@ -64,18 +64,7 @@ func TestDiskFullThenSpaceReturns(t *testing.T) {
 // written. Here the failed write held a Complete: the client is told it
 // failed, so the message comes back.
 func TestWriteFailureAfterApplyRecovers(t *testing.T) {
-	var armed atomic.Bool
-	b := openBroker(t, Options{Dir: t.TempDir(), Fault: func(entity, op string) error {
-		if entity == "q" && op == "write" && armed.CompareAndSwap(true, false) {
-			return errors.New("injected write failure")
-		}
-		return nil
-	}})
-	defer b.Close()
-	e, err := b.CreateQueue("q", projection.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, arm := queueFailingOnce(t, "write")
 	sendSync(t, e, projection.Message{Body: []byte("m"), MessageID: "m"})
 	got := make(chan Delivery, 1)
 	r, err := e.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { got <- d }})
@@ -87,7 +76,7 @@ func TestWriteFailureAfterApplyRecovers(t *testing.T) {
 	if err := e.Sync(); err != nil { // the lock is written
 		t.Fatal(err)
 	}
-	armed.Store(true)
+	arm()
 	done := make(chan error, 1)
 	e.Settle(log.MainQueue, Settlement{Token: d.Token, Outcome: projection.Complete}, func(err error) { done <- err })
 	if err := <-done; err == nil {

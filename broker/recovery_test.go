@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -75,19 +76,8 @@ func TestSessionWaiterAnsweredWhileFailed(t *testing.T) {
 // Entity.Bytes (admin's /metrics calls it from HTTP goroutines) while the
 // actor's recovery replaces the entity's log: no data race (run with -race).
 func TestBytesDuringRecovery(t *testing.T) {
-	var armed atomic.Bool
-	b := openBroker(t, Options{Dir: t.TempDir(), IdleCheckpoint: -1, Fault: func(entity, op string) error {
-		if entity == "q" && op == "write" && armed.CompareAndSwap(true, false) {
-			return errors.New("injected write failure")
-		}
-		return nil
-	}})
-	defer b.Close()
-	e, err := b.CreateQueue("q", projection.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	armed.Store(true)
+	e, arm := queueFailingOnce(t, "write")
+	arm()
 	sent := make(chan error, 1)
 	e.Send(log.MainQueue, []projection.Message{{Body: []byte("x")}}, func(err error) { sent <- err })
 	if err := <-sent; err == nil {
@@ -108,10 +98,9 @@ func TestBytesDuringRecovery(t *testing.T) {
 			time.Sleep(100 * time.Microsecond)
 		}
 	}()
-	time.Sleep(1500 * time.Millisecond) // the first recovery runs after 500 ms
+	sendUntilRecovered(t, e) // the recovery replaces the log meanwhile
 	close(stop)
 	<-scraped
-	sendSync(t, e, projection.Message{Body: []byte("after")})
 }
 
 // A receive-and-delete whose fsync fails: the receiver is not given the
@@ -119,18 +108,7 @@ func TestBytesDuringRecovery(t *testing.T) {
 // to what was durable, so the message is still there. Replaying the
 // written but refused ReceivedAndDeleted removed it, never delivered.
 func TestReceiveAndDeleteKeptOnFsyncFailure(t *testing.T) {
-	var armed atomic.Bool
-	b := openBroker(t, Options{Dir: t.TempDir(), IdleCheckpoint: -1, Fault: func(entity, op string) error {
-		if entity == "q" && op == "sync" && armed.CompareAndSwap(true, false) {
-			return errors.New("injected fsync failure")
-		}
-		return nil
-	}})
-	defer b.Close()
-	e, err := b.CreateQueue("q", projection.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, arm := queueFailingOnce(t, "sync")
 	sendSync(t, e, projection.Message{Body: []byte("m"), MessageID: "m"}) // acknowledged: durable
 	got := make(chan Delivery, 1)
 	lost := make(chan error, 1)
@@ -139,7 +117,7 @@ func TestReceiveAndDeleteKeptOnFsyncFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	armed.Store(true)
+	arm()
 	r.SetLimit(1)
 	select {
 	case <-lost:
@@ -148,20 +126,7 @@ func TestReceiveAndDeleteKeptOnFsyncFailure(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the receiver was neither served nor told")
 	}
-	// The entity recovers (first retry after 500 ms): wait until it takes
-	// sends again.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ch := make(chan error, 1)
-		e.Send(log.MainQueue, []projection.Message{{Body: []byte("probe"), MessageID: "probe"}}, func(err error) { ch <- err })
-		if <-ch == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the entity did not recover")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	sendUntilRecovered(t, e)
 	if ids := peekIDs(t, e, log.MainQueue); len(ids) != 2 {
 		t.Fatalf("after recovery the queue holds %v: message m, acknowledged, was never delivered (its receive-and-delete failed) and is gone", ids)
 	}
@@ -245,4 +210,42 @@ func TestRefusedCreateLeavesNoEntity(t *testing.T) {
 		c, _ := e.Counts(log.MainQueue)
 		t.Fatalf("queue q was deleted (and its first create refused), yet after a restart it exists again, holding %+v", c)
 	}
+}
+
+// sendUntilRecovered sends a message "probe" to a failed entity until one
+// is acknowledged: the entity has recovered (its first retry is after
+// 500 ms).
+func sendUntilRecovered(t *testing.T, e *Entity) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ch := make(chan error, 1)
+		e.Send(log.MainQueue, []projection.Message{{Body: []byte("probe"), MessageID: "probe"}}, func(err error) { ch <- err })
+		if <-ch == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the entity did not recover")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// queueFailingOnce opens a broker with queue q whose next op ("write" or
+// "sync") fails once, after arm.
+func queueFailingOnce(t *testing.T, op string) (e *Entity, arm func()) {
+	t.Helper()
+	var armed atomic.Bool
+	b := openBroker(t, Options{Dir: t.TempDir(), IdleCheckpoint: -1, Fault: func(entity, o string) error {
+		if entity == "q" && o == op && armed.CompareAndSwap(true, false) {
+			return fmt.Errorf("injected %s failure", op)
+		}
+		return nil
+	}})
+	t.Cleanup(func() { b.Close() })
+	e, err := b.CreateQueue("q", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, func() { armed.Store(true) }
 }

@@ -110,11 +110,9 @@ func (s *Session) onTransfer(perf, payload []byte) *frames.Error {
 		a.buf = reusable(a.buf)
 	}
 	a.active = false
-	if old, dup := s.inUnsettled[a.id]; dup && old.link != nil {
-		l.fail(newError(CondNotAllowed, "delivery-id of an unsettled delivery reused"))
+	if !l.trackIncoming(a.id, inDelivery{link: l, peerSettled: a.settled, second: a.second}) {
 		return nil
 	}
-	s.inUnsettled[a.id] = inDelivery{link: l, peerSettled: a.settled, second: a.second}
 	l.inflight++
 	c.events = append(c.events, event{kind: evDeliver, in: l.inH, delivery: Delivery{
 		Link:          l,
@@ -163,6 +161,17 @@ func (l *Link) resetAssembly() {
 	a.buf = reusable(a.buf)
 }
 
+// trackIncoming records an incoming delivery that is not settled on both
+// sides yet; a delivery-id still unsettled fails the link (false).
+func (l *Link) trackIncoming(id uint32, d inDelivery) bool {
+	if old, dup := l.sess.inUnsettled[id]; dup && old.link != nil {
+		l.fail(newError(CondNotAllowed, "delivery-id of an unsettled delivery reused"))
+		return false
+	}
+	l.sess.inUnsettled[id] = d
+	return true
+}
+
 // rejectOversize ends a delivery larger than max-message-size once its
 // last frame is in: it is settled as rejected with message-size-exceeded
 // and the link stays up. The spec allows detaching the link instead
@@ -173,13 +182,9 @@ func (l *Link) rejectOversize() {
 	id, settled, second := a.id, a.settled, a.second
 	l.resetAssembly()
 	if !settled {
-		if second {
-			// Mode second: the peer settles after our outcome (§2.8.3).
-			if old, dup := l.sess.inUnsettled[id]; dup && old.link != nil {
-				l.fail(newError(CondNotAllowed, "delivery-id of an unsettled delivery reused"))
-				return
-			}
-			l.sess.inUnsettled[id] = inDelivery{link: l, second: true, handlerSettled: true}
+		// Mode second: the peer settles after our outcome (§2.8.3).
+		if second && !l.trackIncoming(id, inDelivery{link: l, second: true, handlerSettled: true}) {
+			return
 		}
 		l.conn.appendDisposition(l.sess.outChannel, frames.RoleReceiver, id, !second, &frames.Rejected{
 			Error: newError(CondMessageSizeExceeded, fmt.Sprintf("the message is larger than the link's max-message-size of %d bytes", l.maxSize))})
