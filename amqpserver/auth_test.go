@@ -18,7 +18,15 @@ import (
 // startRaw is startBroker with a custom server config, for go-amqp tests.
 func startRaw(t *testing.T, cfg Config) (*broker.Broker, string) {
 	t.Helper()
-	b, _, err := broker.Open(broker.Options{Dir: t.TempDir()})
+	return startRawWith(t, cfg, broker.Options{})
+}
+
+// startRawWith is startRaw with broker options (its Dir is a new temporary
+// directory).
+func startRawWith(t *testing.T, cfg Config, opts broker.Options) (*broker.Broker, string) {
+	t.Helper()
+	opts.Dir = t.TempDir()
+	b, _, err := broker.Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -264,10 +264,16 @@ func (rl *receiverLink) Credit(l *transport.Link, c transport.Credit) {
 	}
 }
 
-// deliver sends one broker delivery, from a broker goroutine.
+// deliver sends one broker delivery, from a broker goroutine. A
+// receive-and-delete delivery that arrives after the link closed is
+// already removed from the queue and would be lost: it goes back.
 func (rl *receiverLink) deliver(d broker.Delivery) {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
+	if rl.closed && rl.mode == broker.ReceiveAndDelete {
+		go rl.e.Restore([]broker.Delivery{d}, nil) // this goroutine must not block on the actor
+		return
+	}
 	rl.held = append(rl.held, d)
 	rl.sendHeld()
 }
@@ -414,19 +420,27 @@ func (rl *receiverLink) lost(err error) {
 }
 
 // Detached lets the broker receiver go. Deliveries that never left (held
-// for credit) are released without counting a delivery; those sent keep
-// their locks until settled or expired.
+// for credit) are released without counting a delivery, or, taken by
+// receive-and-delete, restored; those sent keep their locks until settled
+// or expired.
 func (rl *receiverLink) Detached(l *transport.Link, _ *frames.Error) {
 	rl.mu.Lock()
 	rl.closed = true
 	var unsent []log.LockToken
+	var removed []broker.Delivery
 	for _, d := range rl.held {
-		if d.Token != (log.LockToken{}) {
+		switch {
+		case d.Token != (log.LockToken{}):
 			unsent = append(unsent, d.Token)
+		case rl.mode == broker.ReceiveAndDelete:
+			removed = append(removed, d)
 		}
 	}
 	rl.held = nil
 	rl.mu.Unlock()
+	if len(removed) > 0 {
+		rl.e.Restore(removed, nil)
+	}
 	rl.r.Detach(unsent)
 	rl.cs.mu.Lock()
 	if rl.cs.receivers[l.Name()] == rl {

@@ -169,7 +169,7 @@ func outbound(dst []byte, d *broker.Delivery) ([]byte, error) {
 			message.Annotation{Key: annLockedUntil, Value: message.TimestampValue(timestamp(d.LockedUntil))})
 	}
 	for _, ov := range d.Overlays {
-		if ov.Type == log.Forwarded {
+		if ov.Source != "" {
 			del.Annotations = append(del.Annotations, message.Annotation{Key: annDeadLetterSource, Value: message.StringValue(ov.Source)})
 			break
 		}

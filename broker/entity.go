@@ -299,7 +299,7 @@ func (e *Entity) applyAppended(evs []log.Event, err error) error {
 // messages that are gone.
 func (e *Entity) trackCache(ev *log.Event) {
 	switch ev.Type {
-	case log.Enqueued, log.Scheduled, log.Activated, log.Forwarded:
+	case log.Enqueued, log.Scheduled, log.Activated, log.Forwarded, log.Restored:
 		e.cache.add(*ev)
 		if ev.Type == log.Activated {
 			e.cache.remove(ev.Seq)

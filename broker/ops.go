@@ -88,6 +88,58 @@ func (e *Entity) Settle(queue uint32, s Settlement, done func(error)) {
 	})
 }
 
+// Restore puts back receive-and-delete deliveries that never reached their
+// receiver (its link closed while their removal was being made durable), so
+// that a message is lost only once it was sent: each comes back at the end
+// of its queue under a new SequenceNumber (see projection.Restore). done,
+// if set, is called once they are durable again.
+func (e *Entity) Restore(ds []Delivery, done func(error)) {
+	if done == nil {
+		done = func(err error) {
+			if err != nil {
+				e.logger().Error("receive-and-delete messages that never left could not be restored", "count", len(ds), "err", err)
+			}
+		}
+	}
+	byQueue := map[uint32][]projection.Restored{}
+	var queues []uint32
+	for i := range ds {
+		d := &ds[i]
+		if _, seen := byQueue[d.Queue]; !seen {
+			queues = append(queues, d.Queue)
+		}
+		byQueue[d.Queue] = append(byQueue[d.Queue], restored(d))
+	}
+	e.do(done, func(e *Entity) ([]log.Event, error) {
+		var evs []log.Event
+		for _, q := range queues {
+			more, err := e.decide(projection.Restore{Queue: q, Messages: byQueue[q]})
+			if err != nil {
+				return nil, err
+			}
+			evs = append(evs, more...)
+		}
+		return evs, nil
+	})
+}
+
+// restored folds a delivery's overlays into the form a Restored record
+// keeps them in, as a forward does.
+func restored(d *Delivery) projection.Restored {
+	r := projection.Restored{Seq: d.Seq, Body: d.Message, MessageID: d.MessageID, SessionID: d.SessionID,
+		Expires: d.ExpiresAt, Deliveries: d.Deliveries}
+	for _, ov := range d.Overlays {
+		if ov.Type == log.DeadLettered || ov.Type == log.Forwarded {
+			r.Reason, r.Description = ov.Reason, ov.Description
+		}
+		if ov.Source != "" {
+			r.Source = ov.Source
+		}
+		r.Props = append(r.Props, ov.Props...)
+	}
+	return r
+}
+
 func (e *Entity) countLockLost(err error) {
 	if errors.Is(err, projection.ErrLockLost) {
 		e.stats.lockLost.Add(1)

@@ -49,7 +49,7 @@ type Overlay struct {
 	Reason      string // dead-letter reason
 	Description string // dead-letter error description
 	Props       []byte // encoded AMQP maps of properties to set, one after another
-	Source      string // for Forwarded: the entity whose dead-letter queue it came from
+	Source      string // the entity whose dead-letter queue the message was forwarded from, if it was
 }
 
 // ReceiverOptions configure a receiver.
@@ -388,8 +388,16 @@ func (e *Entity) delivery(q uint32, seq uint64) (Delivery, error) {
 			return Delivery{}, fmt.Errorf("read overlay %d of message %d: %w", ref.Index, seq, err)
 		}
 		o := Overlay{Type: ov.Type, Reason: ov.Reason, Description: ov.Description, Props: ov.Props}
-		if ov.Type == log.Forwarded {
+		switch ov.Type {
+		case log.Forwarded:
 			o.Source = ov.Name
+		case log.Restored:
+			// A restored message's record folds its earlier overlays; in a
+			// dead-letter queue it stands for the dead-lettering.
+			o.Source = ov.Name
+			if projection.IsDeadLetterQueue(ov.Queue) {
+				o.Type = log.DeadLettered
+			}
 		}
 		d.Overlays = append(d.Overlays, o)
 	}

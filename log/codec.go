@@ -53,6 +53,7 @@ const (
 	fMessage
 	fState
 	fSource
+	fDeliveries
 )
 
 var layouts = map[Type][]field{
@@ -65,6 +66,8 @@ var layouts = map[Type][]field{
 	ScheduleCancelled: {fQueue, fSeq},
 	Activated:         {fQueue, fSeq, fUntil, fMessageID, fSessionID, fMessage},
 	Forwarded: {fQueue, fUntil, fMessageID, fSessionID, fName, fSource, fSeq, fReason, fDescription, fProps,
+		fMessage},
+	Restored: {fQueue, fSeq, fUntil, fDeliveries, fMessageID, fSessionID, fName, fReason, fDescription, fProps,
 		fMessage},
 
 	Locked:      {fQueue, fSeq, fToken, fUntil, fReceiver},
@@ -110,6 +113,8 @@ func RecordSize(e *Event) int {
 			n += uvarintLen(e.Seq)
 		case fSource:
 			n += uvarintLen(e.Source)
+		case fDeliveries:
+			n += uvarintLen(uint64(e.Deliveries))
 		case fToken:
 			n += len(e.Token)
 		case fUntil:
@@ -133,6 +138,8 @@ func appendPayload(dst []byte, e *Event) []byte {
 			dst = binary.AppendUvarint(dst, e.Seq)
 		case fSource:
 			dst = binary.AppendUvarint(dst, e.Source)
+		case fDeliveries:
+			dst = binary.AppendUvarint(dst, uint64(e.Deliveries))
 		case fToken:
 			dst = append(dst, e.Token[:]...)
 		case fUntil:
@@ -236,6 +243,8 @@ func readField(r *Reader, e *Event, f field) {
 		e.Seq = r.Uvarint()
 	case fSource:
 		e.Source = r.Uvarint()
+	case fDeliveries:
+		e.Deliveries = r.Uint32()
 	case fToken:
 		copy(e.Token[:], r.Fixed(len(e.Token)))
 	case fUntil:

@@ -42,6 +42,8 @@ func sampleEvents() []Event {
 				e.Message = bytes.Repeat([]byte{0x53}, 300)
 			case fState:
 				e.State = []byte("state")
+			case fDeliveries:
+				e.Deliveries = 70000 // beyond 16 bits: the log keeps it whole
 			}
 		}
 		evs = append(evs, e)

@@ -30,6 +30,14 @@ const (
 	// where it came from (Name, Source, Seq) and how it was dead-lettered
 	// there (Reason, Description, Props), and is its own overlay.
 	Forwarded Type = 14
+	// Restored: a message a receive-and-delete receiver took but never
+	// delivered (its link closed before the message could leave) is back,
+	// under a new SequenceNumber (this index) at the end of its queue. It
+	// carries what the message had: Seq (its number before), Until
+	// (expiry), Deliveries, and its property changes folded into one
+	// overlay, as Forwarded carries them (Name: dead-letter source; Reason
+	// and Description: dead-letter reason, in a dead-letter queue; Props).
+	Restored Type = 15
 
 	Locked      Type = 20 // a message was locked for a receiver (peek-lock)
 	LockRenewed Type = 21 // the lock's owner extended it
@@ -95,6 +103,7 @@ type Event struct {
 	Description string // dead-letter error description
 	Name        string // entity name (namespace events; the source of a Forwarded message)
 	Source      uint64 // the id of the entity a Forwarded message came from
+	Deliveries  uint32 // a Restored message's failed delivery attempts
 	Props       []byte // encoded AMQP map of properties to modify, or entity properties
 	Message     []byte // the bare AMQP message exactly as the client sent it
 	State       []byte // session state
@@ -113,8 +122,8 @@ const FlagContinued uint8 = 1
 var typeNames = map[Type]string{
 	EntityCreated: "entity-created", EntityUpdated: "entity-updated", EntityDeleted: "entity-deleted",
 	Enqueued: "enqueued", Scheduled: "scheduled", ScheduleCancelled: "schedule-cancelled", Activated: "activated",
-	Forwarded: "forwarded",
-	Locked:    "locked", LockRenewed: "lock-renewed", LockExpired: "lock-expired",
+	Forwarded: "forwarded", Restored: "restored",
+	Locked: "locked", LockRenewed: "lock-renewed", LockExpired: "lock-expired",
 	Completed: "completed", Abandoned: "abandoned", Released: "released", Deferred: "deferred",
 	DeadLettered: "dead-lettered", Expired: "expired", ReceivedAndDeleted: "received-and-deleted",
 	SessionLocked: "session-locked", SessionLockRenewed: "session-lock-renewed",

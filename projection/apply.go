@@ -58,6 +58,17 @@ func (e *Entity) applyQueue(q *Queue, ev *log.Event) error {
 		q.overlays[ev.Index] = []Ref{{Index: ev.Index, Pos: ev.Pos}}
 		e.forwarded[ev.Source] = ev.Seq
 		return nil
+	case log.Restored:
+		e.enqueue(q, ev.Index, ev.Pos, ev.SessionID, ev.Until)
+		if ev.Deliveries > 0 {
+			m, _ := q.msgs.Get(ev.Index)
+			m.Deliveries = uint16(min(ev.Deliveries, 1<<16-1))
+			q.msgs.Put(ev.Index, m)
+		}
+		if restoredOverlay(q, ev) {
+			q.overlays[ev.Index] = []Ref{{Index: ev.Index, Pos: ev.Pos}}
+		}
+		return nil
 	case log.Scheduled:
 		q.add(ev.Index, index.Meta{Pos: ev.Pos, State: index.Scheduled}, ev.SessionID)
 		q.scheduleTimers.Push(ev.Until, ev.Index)
@@ -106,6 +117,13 @@ func (e *Entity) applyQueue(q *Queue, ev *log.Event) error {
 		return fmt.Errorf("event %d: type %s does not belong in an entity log", ev.Index, ev.Type)
 	}
 	return nil
+}
+
+// restoredOverlay reports whether a Restored record is also its message's
+// overlay: when it changes something, and always in a dead-letter queue
+// (where it stands for the dead-lettering, reason and all).
+func restoredOverlay(q *Queue, ev *log.Event) bool {
+	return isDeadLetterQueue(q.No) || ev.Name != "" || ev.Reason != "" || ev.Description != "" || len(ev.Props) > 0
 }
 
 // enqueue adds an available message, with its expiry timer.

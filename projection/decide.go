@@ -104,6 +104,36 @@ type LockBySeq struct {
 	Nonce    uint64
 }
 
+// Restore puts back messages a receive-and-delete receiver took but could
+// not deliver: its link closed while their removal was being made durable.
+// Each comes back at the end of its queue under a new SequenceNumber (its
+// old one is gone from the log's point of view: the removal is durable),
+// with its body, expiry, delivery count and property changes. Duplicate
+// detection does not see it: the message was accepted before, and the size
+// limit is not applied again for the same reason.
+type Restore struct {
+	Queue    uint32
+	Messages []Restored
+}
+
+// Restored is one message of a Restore.
+type Restored struct {
+	Seq        uint64 // its SequenceNumber before
+	Body       []byte // the bare AMQP message as the client sent it
+	MessageID  string
+	SessionID  string
+	Expires    int64  // unix ns; 0 = never (dead-letter queues ignore it)
+	Deliveries uint16 // failed delivery attempts so far
+	// Its property changes, folded: the dead-letter source (a message
+	// forwarded from another entity's dead-letter queue), its dead-letter
+	// reason and description (in a dead-letter queue), and the property
+	// maps of its overlays, concatenated, oldest first.
+	Source      string
+	Reason      string
+	Description string
+	Props       []byte
+}
+
 // Outcome is how a receiver settles a locked message.
 type Outcome uint8
 
@@ -181,6 +211,7 @@ func (Cancel) isCommand()           {}
 func (Activate) isCommand()         {}
 func (Lock) isCommand()             {}
 func (ReceiveAndDelete) isCommand() {}
+func (Restore) isCommand()          {}
 func (LockBySeq) isCommand()        {}
 func (Settle) isCommand()           {}
 func (Renew) isCommand()            {}
@@ -216,6 +247,8 @@ func (e *Entity) Decide(cmd Command, now int64) ([]log.Event, error) {
 		err = d.take(c.Queue, c.Receiver, c.Session, c.Max, c.Limit, true, c.Nonce)
 	case ReceiveAndDelete:
 		err = d.take(c.Queue, c.Receiver, c.Session, c.Max, c.Limit, false, 0)
+	case Restore:
+		err = d.restore(c)
 	case LockBySeq:
 		err = d.lockBySeq(c)
 	case Settle:
@@ -346,6 +379,26 @@ func (d *decision) send(c Send) error {
 		}
 		d.emit(log.Event{Type: log.Enqueued, Queue: c.Queue, Until: d.expiry(m.TTL),
 			MessageID: m.MessageID, SessionID: m.SessionID, Message: m.Body})
+	}
+	return nil
+}
+
+func (d *decision) restore(c Restore) error {
+	q, err := d.queue(c.Queue)
+	if err != nil {
+		return err
+	}
+	for _, m := range c.Messages {
+		if q.sessions != nil && m.SessionID == "" {
+			return ErrSessionIDRequired
+		}
+		until := m.Expires
+		if isDeadLetterQueue(c.Queue) {
+			until = 0
+		}
+		d.emit(log.Event{Type: log.Restored, Queue: c.Queue, Seq: m.Seq, Until: until, Deliveries: uint32(m.Deliveries),
+			MessageID: m.MessageID, SessionID: m.SessionID, Name: m.Source, Reason: m.Reason,
+			Description: m.Description, Props: m.Props, Message: m.Body})
 	}
 	return nil
 }

@@ -157,6 +157,19 @@ func (d *mDecision) run(cmd Command) error {
 			d.emit(log.Event{Type: log.Activated, Queue: c.Queue, Seq: c.Seq, Until: d.expiry(time.Duration(c.Record.TTL)),
 				MessageID: c.Record.MessageID, SessionID: c.Record.SessionID, Message: c.Record.Message})
 		}
+	case Restore:
+		for _, msg := range c.Messages {
+			if m.cfg.RequiresSession && c.Queue == log.MainQueue && msg.SessionID == "" {
+				return ErrSessionIDRequired
+			}
+			until := msg.Expires
+			if c.Queue&1 == 1 {
+				until = 0
+			}
+			d.emit(log.Event{Type: log.Restored, Queue: c.Queue, Seq: msg.Seq, Until: until, Deliveries: uint32(msg.Deliveries),
+				MessageID: msg.MessageID, SessionID: msg.SessionID, Name: msg.Source, Reason: msg.Reason,
+				Description: msg.Description, Props: msg.Props, Message: msg.Body})
+		}
 	case Lock:
 		return d.take(c.Queue, c.Receiver, c.Session, c.Max, c.Limit, true, c.Nonce)
 	case ReceiveAndDelete:
@@ -437,6 +450,15 @@ func (m *model) apply(ev *log.Event) {
 		if (ev.Type == log.Enqueued || ev.Type == log.Scheduled) && m.cfg.RequiresDuplicateDetection && ev.MessageID != "" {
 			m.dedup[ev.MessageID] = ev.Time
 		}
+	case log.Restored:
+		msg := &mMsg{seq: ev.Index, queue: ev.Queue, state: index.Available, expires: ev.Until, deliveries: int(ev.Deliveries)}
+		if sessions && ev.Queue == log.MainQueue {
+			msg.session = ev.SessionID
+		}
+		if ev.Queue&1 == 1 || ev.Name != "" || ev.Reason != "" || ev.Description != "" || len(ev.Props) > 0 {
+			msg.overlays = []uint64{ev.Index}
+		}
+		m.msgs[ev.Index] = msg
 	case log.ScheduleCancelled, log.Completed, log.Expired, log.ReceivedAndDeleted:
 		delete(m.msgs, ev.Seq)
 	case log.Locked:
@@ -737,7 +759,24 @@ func (h *history) step() {
 			session = ""
 		}
 		if r.IntN(4) == 0 {
+			before := map[uint64]mMsg{}
+			for seq, msg := range h.m.msgs {
+				before[seq] = *msg
+			}
+			from := len(h.events)
 			h.run(ReceiveAndDelete{Queue: q, Receiver: receivers[r.IntN(3)], Session: session, Max: r.IntN(4), Limit: limit})
+			if r.IntN(2) == 0 {
+				// The receiver's link closed before some of them left.
+				var back []Restored
+				for _, ev := range h.events[from:] {
+					if ev.Type == log.ReceivedAndDeleted && r.IntN(3) > 0 {
+						back = append(back, h.restored(before[ev.Seq]))
+					}
+				}
+				if len(back) > 0 {
+					h.run(Restore{Queue: q, Messages: back})
+				}
+			}
 		} else {
 			h.run(Lock{Queue: q, Receiver: receivers[r.IntN(3)], Session: session, Max: r.IntN(4), Limit: limit, Nonce: r.Uint64()})
 		}
@@ -804,6 +843,25 @@ func (h *history) step() {
 		}
 		h.run(SetSessionState{Queue: 0, SessionID: sessionIDs[r.IntN(len(sessionIDs))], Receiver: receivers[r.IntN(3)], State: state})
 	}
+}
+
+// restored is what a receive-and-delete receiver's link hands back for
+// msg, as the broker builds it from the message's records.
+func (h *history) restored(msg mMsg) Restored {
+	own := h.events[msg.seq-1]
+	out := Restored{Seq: msg.seq, Body: own.Message, MessageID: own.MessageID, SessionID: own.SessionID,
+		Expires: msg.expires, Deliveries: uint16(msg.deliveries)}
+	for _, idx := range msg.overlays {
+		ov := h.events[idx-1]
+		switch ov.Type {
+		case log.DeadLettered:
+			out.Reason, out.Description = ov.Reason, ov.Description
+		case log.Forwarded, log.Restored:
+			out.Reason, out.Description, out.Source = ov.Reason, ov.Description, ov.Name
+		}
+		out.Props = append(out.Props, ov.Props...)
+	}
+	return out
 }
 
 // someToken returns a current lock token most of the time, and otherwise a

@@ -104,6 +104,9 @@ func deadLetterQueueOf(no uint32) uint32 { return no | 1 }
 
 func isDeadLetterQueue(no uint32) bool { return no&1 == 1 }
 
+// IsDeadLetterQueue reports whether queue number no is a dead-letter queue.
+func IsDeadLetterQueue(no uint32) bool { return isDeadLetterQueue(no) }
+
 // Counts is how many messages a queue holds in each state.
 type Counts struct {
 	Available, Locked, Deferred, Scheduled, Total uint64

@@ -95,7 +95,7 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 	var logEnd int64
 	dmg, err := recs.walk(1, 0, func(ev *log.Event, _ string) error {
 		logEnd = ev.Time
-		if ev.Type == log.Activated {
+		if ev.Type == log.Activated || ev.Type == log.Restored {
 			activatedAs[ev.Seq], scheduledAs[ev.Index] = ev.Index, ev.Seq
 		}
 		if opts.MessageID != "" && hasMessage(ev.Type) && ev.MessageID == opts.MessageID {
@@ -255,6 +255,10 @@ func (l *Life) follow(ev *log.Event) {
 			fmt.Fprintf(&b, ", expires %s", until(ev.Until))
 		}
 		l.step(ev, b.String())
+	case log.Restored:
+		l.stage, l.Outcome, l.queue, l.Deliveries = "available", "", ev.Queue, int(ev.Deliveries)
+		l.step(ev, fmt.Sprintf("restored: its receive-and-delete delivery never left (the link closed); seq %d is now seq %d in %s",
+			ev.Seq, ev.Index, QueueName(ev.Queue)))
 	case log.ScheduleCancelled:
 		l.stage, l.Outcome = "", "cancelled"
 		l.step(ev, "cancelled before its activation")

@@ -123,7 +123,7 @@ func rfc3339(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC333
 // create a message.
 func seqOf(ev *log.Event) uint64 {
 	switch ev.Type {
-	case log.Enqueued, log.Scheduled, log.Activated, log.Forwarded:
+	case log.Enqueued, log.Scheduled, log.Activated, log.Forwarded, log.Restored:
 		return ev.Index
 	case log.EntityCreated, log.EntityUpdated, log.EntityDeleted,
 		log.SessionLocked, log.SessionLockRenewed, log.SessionUnlocked, log.SessionStateSet:
@@ -141,7 +141,7 @@ func isNamespaceType(t log.Type) bool {
 func hasQueue(t log.Type) bool { return !isNamespaceType(t) && t != log.Checkpoint }
 
 func hasMessage(t log.Type) bool {
-	return t == log.Enqueued || t == log.Scheduled || t == log.Activated || t == log.Forwarded
+	return t == log.Enqueued || t == log.Scheduled || t == log.Activated || t == log.Forwarded || t == log.Restored
 }
 
 // eventRecord builds the JSON form of ev.
@@ -165,7 +165,7 @@ func eventRecord(ev *log.Event, c eventContext) EventRecord {
 		if json.Valid(ev.Props) {
 			r.Spec = json.RawMessage(append([]byte(nil), ev.Props...))
 		}
-	case log.Enqueued, log.Activated, log.Forwarded:
+	case log.Enqueued, log.Activated, log.Forwarded, log.Restored:
 		if ev.Until != 0 {
 			r.Expires = rfc3339(ev.Until)
 		}
@@ -180,7 +180,7 @@ func eventRecord(ev *log.Event, c eventContext) EventRecord {
 		n := len(ev.State)
 		r.StateSize = &n
 	}
-	if ev.Type == log.Activated || ev.Type == log.Forwarded {
+	if ev.Type == log.Activated || ev.Type == log.Forwarded || ev.Type == log.Restored {
 		r.From = ev.Seq
 	}
 	if ev.Type == log.Locked {
@@ -225,6 +225,8 @@ func eventDetails(ev *log.Event, c eventContext) string {
 	case log.Forwarded:
 		add("from", fmt.Sprintf("%s/%d", quoteIfNeeded(ev.Name), ev.Seq))
 		add("reason", quoteIfNeeded(ev.Reason))
+	case log.Restored:
+		add("from", strconv.FormatUint(ev.Seq, 10))
 	}
 	if hasMessage(ev.Type) {
 		if ev.MessageID != "" {
@@ -236,7 +238,7 @@ func eventDetails(ev *log.Event, c eventContext) string {
 		add("size", strconv.Itoa(len(ev.Message)))
 	}
 	switch ev.Type {
-	case log.Enqueued, log.Activated, log.Forwarded:
+	case log.Enqueued, log.Activated, log.Forwarded, log.Restored:
 		if ev.Until != 0 {
 			add("expires", rel(ev.Until))
 		}

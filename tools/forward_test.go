@@ -2,6 +2,7 @@ package tools
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -60,5 +61,50 @@ func TestToolsOnForwardedMessages(t *testing.T) {
 	WriteLives(&out, lives)
 	if !strings.Contains(out.String(), "from the dead-letter queue of src") {
 		t.Fatalf("audit:\n%s", out.String())
+	}
+}
+
+// A receive-and-delete delivery handed back (its link closed first) goes on
+// under a new SequenceNumber: verify accepts the directory, replay shows
+// the restore, and the audit of the message follows it from its first
+// number through the restore to its completion.
+func TestToolsOnRestoredMessages(t *testing.T) {
+	data := t.TempDir()
+	s := newSceneWith(t, broker.Options{Dir: data})
+	q := s.queue("q", projection.DefaultConfig())
+	s.send(q, msg("m", "body"))
+	d := s.receiver(q, log.MainQueue, "rd", broker.ReceiveAndDelete).take()
+	done := make(chan error, 1)
+	q.Restore([]broker.Delivery{d}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	r := s.receiver(q, log.MainQueue, "r", broker.PeekLock)
+	again := r.take()
+	if again.MessageID != "m" || again.Seq == d.Seq {
+		t.Fatalf("after the restore: message %q seq %d (was %d)", again.MessageID, again.Seq, d.Seq)
+	}
+	r.settle(again, projection.Complete, "")
+	s.close()
+
+	if f := verifyUnchanged(t, data); len(f) != 0 {
+		t.Fatalf("findings on a directory with a restored message:\n%s", sprintLines(f))
+	}
+	var out bytes.Buffer
+	if err := Replay(&out, data, ReplayOptions{Entity: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "restored") || !strings.Contains(out.String(), fmt.Sprintf("from=%d ", d.Seq)) {
+		t.Fatalf("replay of q:\n%s", out.String())
+	}
+	lives, err := Audit(data, "q", AuditOptions{Seq: d.Seq})
+	if err != nil || len(lives) != 1 {
+		t.Fatalf("audit: %v %v", lives, err)
+	}
+	if got, want := strings.Join(stepTypes(lives[0]), " "), "enqueued received-and-deleted restored locked completed"; got != want {
+		t.Fatalf("audit steps %q, want %q", got, want)
+	}
+	if lives[0].Outcome != "completed" {
+		t.Fatalf("audit outcome %q", lives[0].Outcome)
 	}
 }

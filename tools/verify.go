@@ -523,14 +523,16 @@ func (c *entityCheck) full(seg string) {
 			if _, locked := q.Lock(seq); locked != (m.State == index.Locked) {
 				c.lg.eventf(seg, at, "queue %s: message %d is %s but has a lock record: %v", qn, seq, m.State, locked)
 			}
-			c.record(qn, seq, seq, m.Pos, "its own record", log.Enqueued, log.Scheduled, log.Activated, log.Forwarded)
+			c.record(qn, seq, seq, m.Pos, "its own record", log.Enqueued, log.Scheduled, log.Activated, log.Forwarded, log.Restored)
 			for _, ref := range q.Overlays(seq) {
-				// A forwarded message's own record is also its first overlay.
+				// A forwarded or restored message's own record is also its
+				// first overlay.
 				if ref.Index < seq || ref.Index > at {
 					c.lg.eventf(seg, at, "queue %s: message %d has an overlay at index %d, outside its life", qn, seq, ref.Index)
 					continue
 				}
-				c.record(qn, seq, ref.Index, ref.Pos, "an overlay", log.Abandoned, log.Deferred, log.DeadLettered, log.Forwarded)
+				c.record(qn, seq, ref.Index, ref.Pos, "an overlay", log.Abandoned, log.Deferred, log.DeadLettered, log.Forwarded,
+					log.Restored)
 			}
 			if m.Session != 0 {
 				if ss := q.Sessions(); ss == nil || ss.ByNo(m.Session) == nil {

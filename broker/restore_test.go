@@ -1,0 +1,80 @@
+package broker
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/projection"
+)
+
+// A receive-and-delete delivery handed back (its link closed before it
+// left) is a message again, under a new SequenceNumber, with what it had:
+// body, MessageId, failed deliveries, the properties an abandon set, and in
+// the dead-letter queue its reason. It stays so across a restart.
+func TestRestoredMessageKeepsWhatItHad(t *testing.T) {
+	dir := t.TempDir()
+	b := openBroker(t, Options{Dir: dir})
+	e, err := b.CreateQueue("q", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendSync(t, e, projection.Message{Body: []byte("body-a"), MessageID: "a"},
+		projection.Message{Body: []byte("body-b"), MessageID: "b"})
+	locked := make(chan Delivery, 2)
+	pl, _ := e.Attach(ReceiverOptions{Name: "pl", Deliver: func(d Delivery) { locked <- d }})
+	pl.SetLimit(2)
+	props := []byte{0xc1, 0x01, 0x00}
+	settleSync(t, e, nextDelivery(t, locked), Settlement{Outcome: projection.Abandon, Props: props})
+	settleSync(t, e, nextDelivery(t, locked), Settlement{Outcome: projection.DeadLetter, Reason: "why", Description: "because"})
+	pl.Detach(nil)
+
+	// Receive-and-delete a from the queue and b from its dead-letter
+	// queue, and hand both back.
+	for _, q := range []uint32{log.MainQueue, log.DeadLetterQueue} {
+		got := make(chan Delivery, 1)
+		rd, _ := e.Attach(ReceiverOptions{Name: "rd", Queue: q, Mode: ReceiveAndDelete, Deliver: func(d Delivery) { got <- d }})
+		rd.SetLimit(1)
+		d := nextDelivery(t, got)
+		rd.Detach(nil)
+		if ids := peekIDs(t, e, q); len(ids) != 0 {
+			t.Fatalf("queue %d holds %v after its only message was received and deleted", q, ids)
+		}
+		done := make(chan error, 1)
+		e.Restore([]Delivery{d}, func(err error) { done <- err })
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	check := func(when string) {
+		t.Helper()
+		main, err := e.Peek(log.MainQueue, 1, 10, "")
+		if err != nil || len(main) != 1 {
+			t.Fatalf("%s: queue holds %d messages (%v), want a", when, len(main), err)
+		}
+		a := main[0]
+		if a.MessageID != "a" || !bytes.Equal(a.Message, []byte("body-a")) || a.Seq <= 2 || a.Deliveries != 1 ||
+			len(a.Overlays) != 1 || !bytes.Equal(a.Overlays[0].Props, props) {
+			t.Fatalf("%s: restored a is seq %d id %q body %q deliveries %d overlays %+v", when, a.Seq, a.MessageID, a.Message, a.Deliveries, a.Overlays)
+		}
+		dlq, err := e.Peek(log.DeadLetterQueue, 1, 10, "")
+		if err != nil || len(dlq) != 1 {
+			t.Fatalf("%s: dead-letter queue holds %d messages (%v), want b", when, len(dlq), err)
+		}
+		bd := dlq[0]
+		if bd.MessageID != "b" || len(bd.Overlays) != 1 || bd.Overlays[0].Type != log.DeadLettered ||
+			bd.Overlays[0].Reason != "why" || bd.Overlays[0].Description != "because" {
+			t.Fatalf("%s: restored b is id %q overlays %+v", when, bd.MessageID, bd.Overlays)
+		}
+	}
+	check("restored")
+	b.Close()
+	b = openBroker(t, Options{Dir: dir})
+	defer b.Close()
+	e, err = b.Entity("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("after a restart")
+}
