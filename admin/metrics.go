@@ -179,7 +179,7 @@ func collectEntity(ch chan<- prometheus.Metric, e *broker.Entity) {
 	for _, sub := range []struct {
 		queue uint32
 		label string
-	}{{log.MainQueue, "active"}, {log.DeadLetterQueue, "deadletter"}} {
+	}{{log.MainQueue, "active"}, {log.DeadLetterQueue, "deadletter"}, {log.TransferDeadLetterQueue, "transferdeadletter"}} {
 		c, err := e.Counts(sub.queue)
 		if err != nil {
 			return

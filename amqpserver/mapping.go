@@ -199,7 +199,7 @@ func overlayProperties(overlays []broker.Overlay) ([]message.Property, error) {
 		set = append(set, message.Property{Key: key, Value: value})
 	}
 	for _, ov := range overlays {
-		if ov.Type == log.DeadLettered || ov.Type == log.Forwarded {
+		if ov.Type == log.DeadLettered || ov.Type == log.Forwarded || ov.Type == log.TransferDeadLettered {
 			put(propDeadLetterReason, ov.Reason)
 			put(propDeadLetterDescription, ov.Description)
 		}

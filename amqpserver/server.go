@@ -22,6 +22,7 @@ import (
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/amqpserver/transport"
 	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/log"
 )
 
 // Config configures a Server.
@@ -237,11 +238,26 @@ func addressPath(address string) string {
 	return address
 }
 
-// resolve returns the entity and queue number a link address names.
+// subqueueSuffixes are the addresses of a queue's subqueues below its own
+// (servicebus-wire.md §4, Addresses), matched without regard to case; the
+// longer first, as it ends like the shorter.
+var subqueueSuffixes = []struct {
+	suffix string
+	queue  uint32
+}{
+	{"/$Transfer/$DeadLetterQueue", log.TransferDeadLetterQueue},
+	{"/$DeadLetterQueue", log.DeadLetterQueue},
+}
+
+// resolve returns the entity and queue number a link address names: "q",
+// "q/$DeadLetterQueue" or "q/$Transfer/$DeadLetterQueue".
 func (cs *connState) resolve(address string) (*broker.Entity, uint32, error) {
-	name, queue := address, uint32(0)
-	if strings.HasSuffix(strings.ToLower(name), "/$deadletterqueue") {
-		name, queue = name[:len(name)-len("/$DeadLetterQueue")], 1
+	name, queue := address, log.MainQueue
+	for _, sub := range subqueueSuffixes {
+		if n := len(name) - len(sub.suffix); n >= 0 && strings.EqualFold(name[n:], sub.suffix) {
+			name, queue = name[:n], sub.queue
+			break
+		}
 	}
 	if name == "" || strings.Contains(name, "/$") || strings.Contains(strings.ToLower(name), "/subscriptions/") {
 		return nil, 0, fmt.Errorf("%w: %s", broker.ErrEntityNotFound, address)

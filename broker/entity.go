@@ -304,8 +304,8 @@ func (e *Entity) trackCache(ev *log.Event) {
 		if ev.Type == log.Activated {
 			e.cache.remove(ev.Seq)
 		}
-	case log.Abandoned, log.Deferred, log.DeadLettered:
-		if len(ev.Props) > 0 || ev.Type == log.DeadLettered {
+	case log.Abandoned, log.Deferred, log.DeadLettered, log.TransferDeadLettered:
+		if len(ev.Props) > 0 || ev.Type == log.DeadLettered || ev.Type == log.TransferDeadLettered {
 			e.cache.add(*ev) // an overlay: read back with its message
 		}
 	case log.Completed, log.Expired, log.ReceivedAndDeleted, log.ScheduleCancelled:

@@ -28,7 +28,11 @@ import (
 // the target's append is durable. A crash or failure between those two
 // appends makes the forwarder send the same message again; the target
 // remembers the source's SequenceNumber of the last arrival and drops the
-// repeat, so each message arrives exactly once.
+// repeat, so each message arrives exactly once. A failure of the target
+// (its log, or its absence) is retried with backoff; a message the target
+// refuses for good (too large for it, no SessionId where it requires one)
+// moves to the source's transfer dead-letter queue instead, as in Service
+// Bus, saying why, so the messages behind it are not held up for ever.
 
 // MaxForwardHops is how many ForwardTo links a chain may have, as in
 // Service Bus.
@@ -72,10 +76,15 @@ func (e *Entity) forwardTarget(queue uint32, msgs []projection.Message) (*Entity
 }
 
 // checkForwarding validates the forwarding settings of cfg for entity name
-// against the entities that exist (called with b.mu held): targets exist,
-// are not name itself, and every ForwardTo chain through name, from
-// wherever it starts, stays within MaxForwardHops without coming back.
+// against the entities that exist (called with b.mu held): a queue that
+// requires sessions does not forward (Service Bus does not support
+// ForwardTo on one), targets exist, are not name itself, and every
+// ForwardTo chain through name, from wherever it starts, stays within
+// MaxForwardHops without coming back.
 func (b *Broker) checkForwarding(name string, cfg projection.Config) error {
+	if cfg.RequiresSession && cfg.ForwardTo != "" {
+		return fmt.Errorf("%w: %s requires sessions; ForwardTo is not supported for session-enabled queues", ErrForwarding, name)
+	}
 	for _, target := range []string{cfg.ForwardTo, cfg.ForwardDeadLetteredMessagesTo} {
 		if target == "" {
 			continue
@@ -132,6 +141,7 @@ type forwardState struct {
 	resumed bool          // looked for a message held from before a restart
 	seq     uint64        // the message being forwarded
 	token   log.LockToken // and its lock
+	target  string        // and where to
 	retryAt int64         // unix ns: after a failure, not before this
 	delay   time.Duration // the backoff after the last failure
 	// gen numbers the sends, across recoveries (which reset the rest): an
@@ -186,7 +196,7 @@ func (e *Entity) forward() {
 		fw.Props = append(fw.Props, ov.Props...)
 	}
 	msg := projection.Message{Body: d.Message, MessageID: d.MessageID, SessionID: d.SessionID}
-	f.busy, f.seq, f.token = true, seq, token
+	f.busy, f.seq, f.token, f.target = true, seq, token, cfg.ForwardDeadLetteredMessagesTo
 	f.gen++
 	gen := f.gen
 	target.sendForwarded(msg, fw, func(err error) {
@@ -203,18 +213,45 @@ func (e *Entity) forwarded(gen uint64, err error) {
 		return // an earlier send's answer: its message is not the one on its way
 	}
 	f.busy = false
-	if err != nil {
+	reason, refused := forwardRefusal(err)
+	if err != nil && !refused {
 		e.forwardFailed(fmt.Errorf("forward dead-lettered message %d: %w", f.seq, err))
 		return
 	}
 	f.delay, f.retryAt = 0, 0
-	evs, err := e.decide(projection.Settle{Queue: log.DeadLetterQueue, Token: f.token, Outcome: projection.Complete})
+	var cmd projection.Command = projection.Settle{Queue: log.DeadLetterQueue, Token: f.token, Outcome: projection.Complete}
+	if refused {
+		e.logger().Warn("dead-lettered message refused by its forwarding target; moved to the transfer dead-letter queue",
+			"seq", f.seq, "forward_to", f.target, "reason", reason, "err", err)
+		cmd = projection.TransferDeadLetter{Queue: log.DeadLetterQueue, Token: f.token, Reason: reason,
+			Description: fmt.Sprintf("The message could not be forwarded to %s: %v", f.target, err)}
+	}
+	evs, err := e.decide(cmd)
 	if err != nil {
 		// The lock ran out meanwhile: the message is available again and
-		// the next round sends it again, which the target drops.
+		// the next round sends it again, which the target drops (or
+		// refuses again).
 		return
 	}
 	e.commit(evs, nil)
+}
+
+// forwardRefusal tells a target's refusal of a message for good (the
+// message can never be stored there as it is) from a failure worth
+// retrying (the target's log failing, the target gone), and names the
+// dead-letter reason for the former.
+func forwardRefusal(err error) (reason string, refused bool) {
+	switch {
+	case err == nil:
+		return "", false
+	case errors.Is(err, projection.ErrMessageTooLarge):
+		return projection.ReasonMessageSizeExceeded, true
+	case errors.Is(err, projection.ErrSessionIDRequired):
+		return projection.ReasonSessionIDIsNull, true
+	case errors.Is(err, projection.ErrNotAllowed), errors.Is(err, projection.ErrInvalid):
+		return projection.ReasonForwardingRefused, true
+	}
+	return "", false
 }
 
 // heldForward finds a dead-lettered message the forwarder locked before

@@ -23,7 +23,14 @@ func deadLettersTo(target string) projection.Config {
 // receiver.
 func deadLetterOne(t *testing.T, e *Entity, body string) {
 	t.Helper()
-	sendSync(t, e, projection.Message{Body: []byte(body), MessageID: body})
+	deadLetterMessage(t, e, projection.Message{Body: []byte(body), MessageID: body})
+}
+
+// deadLetterMessage sends m to e and dead-letters it through a receiver,
+// with reason "poison".
+func deadLetterMessage(t *testing.T, e *Entity, m projection.Message) {
+	t.Helper()
+	sendSync(t, e, m)
 	got := make(chan Delivery, 1)
 	r, err := e.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { got <- d }})
 	if err != nil {
@@ -31,12 +38,7 @@ func deadLetterOne(t *testing.T, e *Entity, body string) {
 	}
 	defer r.Detach(nil)
 	r.SetLimit(1)
-	d := <-got
-	done := make(chan error, 1)
-	e.Settle(log.MainQueue, Settlement{Token: d.Token, Outcome: projection.DeadLetter, Reason: "poison"}, func(err error) { done <- err })
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	settleSync(t, e, nextDelivery(t, got), Settlement{Outcome: projection.DeadLetter, Reason: "poison"})
 }
 
 func waitCounts(t *testing.T, e *Entity, queue uint32, want func(projection.Counts) bool) projection.Counts {

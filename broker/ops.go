@@ -129,7 +129,7 @@ func restored(d *Delivery) projection.Restored {
 	r := projection.Restored{Seq: d.Seq, Body: d.Message, MessageID: d.MessageID, SessionID: d.SessionID,
 		Expires: d.ExpiresAt, Deliveries: d.Deliveries}
 	for _, ov := range d.Overlays {
-		if ov.Type == log.DeadLettered || ov.Type == log.Forwarded {
+		if ov.Type == log.DeadLettered || ov.Type == log.Forwarded || ov.Type == log.TransferDeadLettered {
 			r.Reason, r.Description = ov.Reason, ov.Description
 		}
 		if ov.Source != "" {

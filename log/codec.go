@@ -82,6 +82,8 @@ var layouts = map[Type][]field{
 	Expired:            {fQueue, fSeq},
 	ReceivedAndDeleted: {fQueue, fSeq, fReceiver},
 
+	TransferDeadLettered: {fQueue, fSeq, fReason, fDescription},
+
 	SessionLocked:      {fQueue, fSessionID, fUntil, fReceiver},
 	SessionLockRenewed: {fQueue, fSessionID, fUntil},
 	SessionUnlocked:    {fQueue, fSessionID},

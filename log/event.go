@@ -51,6 +51,13 @@ const (
 	Expired            Type = 35 // time to live ran out; dropped
 	ReceivedAndDeleted Type = 36 // consumed by a receive-and-delete receiver
 
+	// TransferDeadLettered: a message of a dead-letter queue that its
+	// ForwardDeadLetteredMessagesTo target refused for good moved to the
+	// transfer dead-letter subqueue (Queue is the dead-letter queue it
+	// left). Reason and Description say why; it is an overlay of the
+	// message, like DeadLettered.
+	TransferDeadLettered Type = 37
+
 	SessionLocked      Type = 40 // a session was locked for a receiver
 	SessionLockRenewed Type = 41
 	SessionUnlocked    Type = 42 // the session's receiver let it go, or its lock ran out
@@ -61,13 +68,6 @@ const (
 	// the log before it go (two snapshots are kept, and the log is kept
 	// back to the older one). It carries only its time.
 	Checkpoint Type = 50
-)
-
-// Queue numbers inside an entity log. A queue's own messages are in queue 0 and
-// its dead-letter subqueue is queue 1; topics give each subscription a pair.
-const (
-	MainQueue       uint32 = 0
-	DeadLetterQueue uint32 = 1
 )
 
 // LockToken identifies one lock on one message. It is a GUID on the wire.
@@ -129,6 +129,8 @@ var typeNames = map[Type]string{
 	SessionLocked: "session-locked", SessionLockRenewed: "session-lock-renewed",
 	SessionUnlocked: "session-unlocked", SessionStateSet: "session-state-set",
 	Checkpoint: "checkpoint",
+
+	TransferDeadLettered: "transfer-dead-lettered",
 }
 
 func (t Type) String() string {

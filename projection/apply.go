@@ -113,6 +113,8 @@ func (e *Entity) applyQueue(q *Queue, ev *log.Event) error {
 		q.remove(ev.Seq, m)
 	case log.DeadLettered:
 		e.deadLetter(q, ev, m)
+	case log.TransferDeadLettered:
+		return e.transferDeadLetter(q, ev, m)
 	default:
 		return fmt.Errorf("event %d: type %s does not belong in an entity log", ev.Index, ev.Type)
 	}

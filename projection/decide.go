@@ -267,6 +267,8 @@ func (e *Entity) Decide(cmd Command, now int64) ([]log.Event, error) {
 		err = d.releaseSession(c)
 	case SetSessionState:
 		err = d.setSessionState(c)
+	case TransferDeadLetter:
+		err = d.transferDeadLetter(c)
 	default:
 		err = fmt.Errorf("%w: unknown command %T", ErrInvalid, cmd)
 	}

@@ -21,7 +21,7 @@ import (
 //	version, name, created, config (JSON), last index, last time
 //	dedup: count, (id, time)... in acceptance order
 //	forwarded (version 2): count, (source id, seq)... by source id
-//	queues: count, then per queue:
+//	queues: count (version 3: 3 with the transfer dead-letter subqueue; before: 2), then per queue:
 //	  number, has-sessions
 //	  sessions (if any): next number, free numbers, count, (no, id, owner, locked-until, has-state, state, state-time)...
 //	  messages: count, (seq delta, state, flags, deliveries, offset, size, session no)...
@@ -29,7 +29,7 @@ import (
 //	  overlays: count, (seq, refs count, (index, offset, size)...)...
 //	  expiries: count, (seq, at)...      live TTL timers
 //	  activations: count, (seq, at)...   live schedule timers
-const encodingVersion = 2
+const encodingVersion = 3
 
 // Encode appends the canonical encoding of e to dst.
 func (e *Entity) Encode(dst []byte) []byte {
@@ -201,9 +201,12 @@ func Decode(b []byte) (*Entity, error) {
 		}
 	}
 
-	nq := r.Count(7)
-	if r.Err() == nil && nq != len(e.queues) {
-		return nil, fmt.Errorf("state has %d queues, want %d", nq, len(e.queues))
+	nq, want := r.Count(7), len(e.queues)
+	if v < 3 {
+		want = 2 // before the transfer dead-letter subqueue, which is then empty
+	}
+	if r.Err() == nil && nq != want {
+		return nil, fmt.Errorf("state has %d queues, want %d", nq, want)
 	}
 	for i := 0; i < nq && r.Err() == nil; i++ {
 		if err := e.queues[i].decode(r, uint32(i)); err != nil {

@@ -103,7 +103,7 @@ func (d *mDecision) run(cmd Command) error {
 		}
 		d.emit(log.Event{Type: typ, Name: c.Name, Props: c.Config.Encode()})
 	case Send:
-		if c.Queue == log.DeadLetterQueue {
+		if c.Queue != log.MainQueue {
 			return ErrNotAllowed
 		}
 		if f := c.Forward; f != nil {
@@ -163,7 +163,7 @@ func (d *mDecision) run(cmd Command) error {
 				return ErrSessionIDRequired
 			}
 			until := msg.Expires
-			if c.Queue&1 == 1 {
+			if c.Queue != log.MainQueue {
 				until = 0
 			}
 			d.emit(log.Event{Type: log.Restored, Queue: c.Queue, Seq: msg.Seq, Until: until, Deliveries: uint32(msg.Deliveries),
@@ -217,7 +217,7 @@ func (d *mDecision) run(cmd Command) error {
 		case Defer:
 			d.emit(log.Event{Type: log.Deferred, Queue: c.Queue, Seq: msg.seq, Props: c.Props})
 		case DeadLetter:
-			if c.Queue == log.DeadLetterQueue {
+			if c.Queue != log.MainQueue {
 				return ErrNotAllowed
 			}
 			d.emit(log.Event{Type: log.DeadLettered, Queue: c.Queue, Seq: msg.seq, Reason: c.Reason,
@@ -232,10 +232,20 @@ func (d *mDecision) run(cmd Command) error {
 			return ErrNotAllowed
 		}
 		d.emit(log.Event{Type: log.LockRenewed, Queue: c.Queue, Seq: msg.seq, Until: d.now + int64(m.cfg.LockDuration)})
+	case TransferDeadLetter:
+		msg, err := d.held(c.Queue, c.Token)
+		if c.Queue != log.DeadLetterQueue {
+			return ErrNotAllowed
+		}
+		if err != nil {
+			return err
+		}
+		d.emit(log.Event{Type: log.TransferDeadLettered, Queue: c.Queue, Seq: msg.seq, Reason: c.Reason,
+			Description: c.Description})
 	case Checkpoint:
 		d.emit(log.Event{Type: log.Checkpoint})
 	case Tick:
-		for _, no := range []uint32{log.MainQueue, log.DeadLetterQueue} {
+		for _, no := range modelQueues {
 			ended := map[string]bool{}
 			if m.cfg.RequiresSession && no == log.MainQueue {
 				var due []string
@@ -348,7 +358,7 @@ func (d *mDecision) take(no uint32, receiver, session string, max int, limit uin
 		if expired[msg.seq] || sessions && msg.session != session {
 			continue
 		}
-		if no&1 == 1 && len(msg.overlays) > 0 && msg.overlays[len(msg.overlays)-1] > limit {
+		if no != log.MainQueue && len(msg.overlays) > 0 && msg.overlays[len(msg.overlays)-1] > limit {
 			continue // in a dead-letter queue: every record that changed it must be durable
 		}
 		if peekLock {
@@ -395,7 +405,7 @@ func (d *mDecision) held(no uint32, token log.LockToken) (*mMsg, error) {
 }
 
 func (d *mDecision) failed(msg *mMsg) {
-	if msg.queue == log.DeadLetterQueue || msg.deliveries+1 < d.m.cfg.MaxDeliveryCount {
+	if msg.queue != log.MainQueue || msg.deliveries+1 < d.m.cfg.MaxDeliveryCount {
 		return
 	}
 	d.emit(log.Event{Type: log.DeadLettered, Queue: msg.queue, Seq: msg.seq, Reason: ReasonMaxDeliveryCount,
@@ -455,7 +465,7 @@ func (m *model) apply(ev *log.Event) {
 		if sessions && ev.Queue == log.MainQueue {
 			msg.session = ev.SessionID
 		}
-		if ev.Queue&1 == 1 || ev.Name != "" || ev.Reason != "" || ev.Description != "" || len(ev.Props) > 0 {
+		if ev.Queue != log.MainQueue || ev.Name != "" || ev.Reason != "" || ev.Description != "" || len(ev.Props) > 0 {
 			msg.overlays = []uint64{ev.Index}
 		}
 		m.msgs[ev.Index] = msg
@@ -481,9 +491,13 @@ func (m *model) apply(ev *log.Event) {
 		if len(ev.Props) > 0 {
 			msg.overlays = append(msg.overlays, ev.Index)
 		}
-	case log.DeadLettered:
+	case log.DeadLettered, log.TransferDeadLettered:
 		msg := m.msgs[ev.Seq]
-		*msg = mMsg{seq: msg.seq, queue: msg.queue | 1, state: index.Available, deliveries: msg.deliveries,
+		to := log.DeadLetterQueue
+		if ev.Type == log.TransferDeadLettered {
+			to = log.TransferDeadLetterQueue
+		}
+		*msg = mMsg{seq: msg.seq, queue: to, state: index.Available, deliveries: msg.deliveries,
 			overlays: append(msg.overlays, ev.Index)}
 	case log.SessionLocked:
 		s := m.session(ev.SessionID)
@@ -509,7 +523,7 @@ func (m *model) apply(ev *log.Event) {
 // observe renders everything the model and the projection must agree on.
 func (m *model) observe(now int64) string {
 	var out []string
-	for _, no := range []uint32{log.MainQueue, log.DeadLetterQueue} {
+	for _, no := range modelQueues {
 		for _, msg := range m.inQueue(no, func(*mMsg) bool { return true }) {
 			out = append(out, fmt.Sprintf("q%d seq=%d %s deferred=%v deliveries=%d session=%q overlays=%d lock=%x/%d/%s",
 				no, msg.seq, msg.state, msg.deferred, msg.deliveries, msg.session, len(msg.overlays), msg.token, msg.lockUntil, msg.receiver))
@@ -632,6 +646,9 @@ type history struct {
 }
 
 var receivers = []string{"r1", "r2", "r3"}
+
+// modelQueues are the queues of a queue entity, in number order.
+var modelQueues = []uint32{log.MainQueue, log.DeadLetterQueue, log.TransferDeadLetterQueue}
 var sessionIDs = []string{"s1", "s2", "s3", "s4"}
 
 func (h *history) run(cmd Command) {
@@ -755,7 +772,10 @@ func (h *history) step() {
 		if len(h.m.inQueue(log.DeadLetterQueue, func(*mMsg) bool { return true })) > 20 && r.IntN(2) == 0 {
 			q = log.DeadLetterQueue
 		}
-		if q == log.DeadLetterQueue {
+		if len(h.m.inQueue(log.TransferDeadLetterQueue, func(*mMsg) bool { return true })) > 0 && r.IntN(4) == 0 {
+			q = log.TransferDeadLetterQueue
+		}
+		if q != log.MainQueue {
 			session = ""
 		}
 		if r.IntN(4) == 0 {
@@ -785,6 +805,12 @@ func (h *history) step() {
 		props := []byte(nil)
 		if r.IntN(2) == 0 {
 			props = []byte{0xc1, 0x01, 0x00}
+		}
+		if r.IntN(4) == 0 {
+			// The dead-letter forwarder's target refused a message for good
+			// (refused here for the other queues and for lost locks).
+			h.run(TransferDeadLetter{Queue: q, Token: token, Reason: "refused", Description: "by the target"})
+			return
 		}
 		h.run(Settle{Queue: q, Token: token, Outcome: Outcome(1 + r.IntN(5)), Props: props, Reason: "r", Description: "d"})
 	case 10:
@@ -854,7 +880,7 @@ func (h *history) restored(msg mMsg) Restored {
 	for _, idx := range msg.overlays {
 		ov := h.events[idx-1]
 		switch ov.Type {
-		case log.DeadLettered:
+		case log.DeadLettered, log.TransferDeadLettered:
 			out.Reason, out.Description = ov.Reason, ov.Description
 		case log.Forwarded, log.Restored:
 			out.Reason, out.Description, out.Source = ov.Reason, ov.Description, ov.Name
@@ -875,7 +901,7 @@ func (h *history) someToken() (uint32, log.LockToken) {
 	}
 	slices.SortFunc(held, func(a, b *mMsg) int { return cmp.Compare(a.seq, b.seq) })
 	if len(held) == 0 || h.rng.IntN(6) == 0 {
-		return uint32(h.rng.IntN(2)), index.MakeToken(uint64(h.rng.IntN(len(h.events)+1)), h.rng.Uint64())
+		return uint32(h.rng.IntN(log.QueueGroup)), index.MakeToken(uint64(h.rng.IntN(len(h.events)+1)), h.rng.Uint64())
 	}
 	msg := held[h.rng.IntN(len(held))]
 	return msg.queue, msg.token

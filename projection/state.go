@@ -9,7 +9,8 @@ import (
 )
 
 // Entity is the state of one entity log: its config, its queues (the queue
-// itself and its dead-letter subqueue) and the duplicate-detection window.
+// itself, its dead-letter and its transfer dead-letter subqueue; see
+// log.QueueGroup) and the duplicate-detection window.
 type Entity struct {
 	name    string
 	cfg     Config
@@ -54,7 +55,8 @@ type Ref struct {
 // New returns the empty state of an entity log.
 func New() *Entity {
 	e := &Entity{cfg: DefaultConfig(), dedup: index.NewDedup(), forwarded: map[uint64]uint64{}}
-	e.queues = []*Queue{newQueue(log.MainQueue, false), newQueue(log.DeadLetterQueue, false)}
+	e.queues = []*Queue{newQueue(log.MainQueue, false), newQueue(log.DeadLetterQueue, false),
+		newQueue(log.TransferDeadLetterQueue, false)}
 	return e
 }
 
@@ -99,12 +101,17 @@ func (e *Entity) Queue(no uint32) *Queue {
 	return nil
 }
 
-// deadLetterQueueOf is the dead-letter subqueue of queue no.
-func deadLetterQueueOf(no uint32) uint32 { return no | 1 }
+// deadLetterQueueOf is the dead-letter subqueue of queue no's group.
+func deadLetterQueueOf(no uint32) uint32 { return log.SubqueueOf(no, log.KindDeadLetter) }
 
-func isDeadLetterQueue(no uint32) bool { return no&1 == 1 }
+// isDeadLetterQueue reports whether queue no is a dead-letter subqueue, the
+// plain one or the transfer one: nothing is sent there, nothing there is
+// dead-lettered again or expires, and a message's arrival there is the
+// record that moved it.
+func isDeadLetterQueue(no uint32) bool { return log.KindOf(no) != log.KindMessages }
 
-// IsDeadLetterQueue reports whether queue number no is a dead-letter queue.
+// IsDeadLetterQueue reports whether queue number no is a dead-letter queue
+// (plain or transfer).
 func IsDeadLetterQueue(no uint32) bool { return isDeadLetterQueue(no) }
 
 // Counts is how many messages a queue holds in each state.

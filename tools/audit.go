@@ -33,7 +33,7 @@ type Life struct {
 	SessionID string   `json:"session_id,omitempty"`
 	Size      int      `json:"size"`
 	// Outcome is how the life ended: completed, received-and-deleted,
-	// dead-lettered (and still in the dead-letter queue), expired,
+	// dead-lettered (and still in a dead-letter queue, plain or transfer), expired,
 	// cancelled, or pending (still in its queue).
 	Outcome    string   `json:"outcome"`
 	State      string   `json:"state,omitempty"` // where a message still in a queue stands
@@ -284,11 +284,14 @@ func (l *Life) follow(ev *log.Event) {
 		l.deferred = true
 		unlocked()
 		l.step(ev, "deferred: now received only by its SequenceNumber"+propsNote(ev))
-	case log.DeadLettered:
-		l.queue, l.deferred, l.reason = ev.Queue|1, false, ev.Reason
+	case log.DeadLettered, log.TransferDeadLettered:
+		to, verb := log.SubqueueOf(ev.Queue, log.KindDeadLetter), "dead-lettered"
+		if ev.Type == log.TransferDeadLettered {
+			to, verb = log.SubqueueOf(ev.Queue, log.KindTransferDeadLetter), "could not be forwarded; transfer dead-lettered"
+		}
+		l.queue, l.deferred, l.reason = to, false, ev.Reason
 		unlocked()
-		what := fmt.Sprintf("dead-lettered from %s to %s: reason %s", QueueName(ev.Queue), QueueName(ev.Queue|1),
-			quoteIfNeeded(ev.Reason))
+		what := fmt.Sprintf("%s from %s to %s: reason %s", verb, QueueName(ev.Queue), QueueName(to), quoteIfNeeded(ev.Reason))
 		if ev.Description != "" {
 			what += ", description " + quoteIfNeeded(ev.Description)
 		}
@@ -337,13 +340,16 @@ func (l *Life) finish(logEnd int64, recs *records, dmg *Damage) {
 		l.Notes = append(l.Notes, fmt.Sprintf("the log is unreadable from index %d, so later steps may be missing: %v", dmg.Index, dmg))
 	}
 	if l.stage == "" {
-		if l.queue&1 == 1 {
+		switch log.KindOf(l.queue) {
+		case log.KindDeadLetter:
 			l.State = l.Outcome + " from the dead-letter queue"
+		case log.KindTransferDeadLetter:
+			l.State = l.Outcome + " from the transfer dead-letter queue"
 		}
 		return
 	}
 	l.Outcome = "pending"
-	if l.queue&1 == 1 {
+	if log.KindOf(l.queue) != log.KindMessages {
 		l.Outcome = "dead-lettered"
 	}
 	switch l.stage {
@@ -409,7 +415,7 @@ func fromState(data, entity string, lives []*Life) {
 	for _, l := range gapped {
 		seq := l.Seqs[len(l.Seqs)-1]
 		found := false
-		for _, no := range []uint32{l.queue &^ 1, l.queue | 1} {
+		for _, no := range log.GroupOf(l.queue) {
 			q := r.State.Queue(no)
 			if q == nil {
 				continue
@@ -421,7 +427,7 @@ func fromState(data, entity string, lives []*Life) {
 			found = true
 			l.queue = no
 			l.Outcome = "pending"
-			if no&1 == 1 {
+			if log.KindOf(no) != log.KindMessages {
 				l.Outcome = "dead-lettered"
 			}
 			l.State = fmt.Sprintf("%s in %s", m.State, QueueName(no))

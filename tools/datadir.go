@@ -187,13 +187,16 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 }
 
 // QueueName is how output names queue no of an entity: "main" for the queue
-// itself, "dlq" for its dead-letter subqueue.
+// itself, "dlq" for its dead-letter subqueue, "tdlq" for its transfer
+// dead-letter subqueue.
 func QueueName(no uint32) string {
 	switch no {
 	case log.MainQueue:
 		return "main"
 	case log.DeadLetterQueue:
 		return "dlq"
+	case log.TransferDeadLetterQueue:
+		return "tdlq"
 	}
 	return "q" + strconv.FormatUint(uint64(no), 10)
 }

@@ -253,7 +253,7 @@ func eventDetails(ev *log.Event, c eventContext) string {
 		add("token", FormatToken(ev.Token))
 	case log.LockRenewed:
 		add("until", rel(ev.Until))
-	case log.DeadLettered:
+	case log.DeadLettered, log.TransferDeadLettered:
 		add("reason", quoteIfNeeded(ev.Reason))
 		if ev.Description != "" {
 			add("description", quoteIfNeeded(ev.Description))

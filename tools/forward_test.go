@@ -108,3 +108,60 @@ func TestToolsOnRestoredMessages(t *testing.T) {
 		t.Fatalf("audit outcome %q", lives[0].Outcome)
 	}
 }
+
+// A dead-lettered message that "src" cannot forward to "dst" (too large
+// for it) moves to src's transfer dead-letter queue: verify accepts the
+// directory, replay and audit say why it moved, and state shows the queue.
+func TestToolsOnTransferDeadLetteredMessages(t *testing.T) {
+	data := t.TempDir()
+	s := newSceneWith(t, broker.Options{Dir: data})
+	small := projection.DefaultConfig()
+	small.MaxMessageSize = 10
+	s.queue("dst", small)
+	cfg := projection.DefaultConfig()
+	cfg.ForwardDeadLetteredMessagesTo = "dst"
+	src := s.queue("src", cfg)
+	s.send(src, msg("m", "a body longer than ten bytes"))
+	r := s.receiver(src, log.MainQueue, "r", broker.PeekLock)
+	r.settle(r.take(), projection.DeadLetter, "poison")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c, _ := src.Counts(log.TransferDeadLetterQueue)
+		if c.Total == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not moved to the transfer dead-letter queue")
+		}
+	}
+	s.close()
+
+	if f := verifyUnchanged(t, data); len(f) != 0 {
+		t.Fatalf("findings on a directory with a transfer dead-lettered message:\n%s", sprintLines(f))
+	}
+	var out bytes.Buffer
+	if err := Replay(&out, data, ReplayOptions{Entity: "src"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "transfer-dead-lettered") || !strings.Contains(out.String(), "reason=MessageSizeExceeded") {
+		t.Fatalf("replay of src:\n%s", out.String())
+	}
+	lives, err := Audit(data, "src", AuditOptions{MessageID: "m"})
+	if err != nil || len(lives) != 1 {
+		t.Fatalf("audit: %v %v", lives, err)
+	}
+	out.Reset()
+	WriteLives(&out, lives)
+	if l := lives[0]; l.Outcome != "dead-lettered" || !strings.Contains(out.String(), "transfer dead-lettered from dlq to tdlq: reason MessageSizeExceeded") ||
+		!strings.Contains(l.State, "available in tdlq") {
+		t.Fatalf("audit (outcome %s, state %s):\n%s", l.Outcome, l.State, out.String())
+	}
+	rep, err := State(data, "src", StateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	rep.WriteText(&out)
+	if !strings.Contains(out.String(), "\ntdlq ") {
+		t.Fatalf("state:\n%s", out.String())
+	}
+}

@@ -288,9 +288,11 @@ func (r *Rebuilt) Report(opts StateOptions) *StateReport {
 	}
 	rep := &StateReport{Entity: r.Entity.Name, At: opts.At.String(), Index: st.LastIndex(), Time: formatTime(st.LastTime()),
 		AsOf: formatTime(asOf), Snapshot: r.Snapshot, Replayed: r.Replayed, Notes: r.Notes, Damaged: r.Damaged}
-	for _, no := range []uint32{log.MainQueue, log.DeadLetterQueue} {
+	for _, no := range log.GroupOf(log.MainQueue) {
 		q := st.Queue(no)
-		if q == nil {
+		// The transfer dead-letter queue is nearly always empty: shown
+		// only when it is not.
+		if q == nil || no == log.TransferDeadLetterQueue && q.Counts().Total == 0 {
 			continue
 		}
 		rep.Queues = append(rep.Queues, r.queueReport(q, asOf, opts.Max))

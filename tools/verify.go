@@ -469,7 +469,8 @@ func (c *entityCheck) apply(ev *log.Event, seg string) {
 	}
 	c.lastTime = ev.Time
 	seq := seqOf(ev)
-	before := c.lookup(seq, ev.Queue, ev.Queue|1)
+	group := log.GroupOf(ev.Queue)
+	before := c.lookup(seq, group[:]...)
 	if err := safeApply(c.st, ev); err != nil {
 		c.lg.eventf(seg, ev.Index, "%s does not apply: %v", ev.Type, err)
 		return
@@ -477,7 +478,7 @@ func (c *entityCheck) apply(ev *log.Event, seg string) {
 	if seq == 0 {
 		return
 	}
-	after := c.lookup(seq, ev.Queue, ev.Queue|1)
+	after := c.lookup(seq, group[:]...)
 	switch {
 	case !after.found:
 	case (after.meta.State == index.Locked) != after.locked:
@@ -487,7 +488,7 @@ func (c *entityCheck) apply(ev *log.Event, seg string) {
 	case before.found && ev.Type != log.Activated && after.deliveries < before.deliveries:
 		c.lg.eventf(seg, ev.Index, "%s took the delivery count of message %d from %d down to %d", ev.Type, seq, before.deliveries, after.deliveries)
 	}
-	for _, no := range []uint32{ev.Queue, ev.Queue | 1} {
+	for _, no := range group {
 		if q := c.st.Queue(no); q != nil {
 			n := q.Counts()
 			if sum := n.Available + n.Locked + n.Deferred + n.Scheduled; sum != n.Total {
@@ -503,7 +504,7 @@ func (c *entityCheck) apply(ev *log.Event, seg string) {
 // exists, and that the state survives its own encoding.
 func (c *entityCheck) full(seg string) {
 	at := c.st.LastIndex()
-	for _, no := range []uint32{log.MainQueue, log.DeadLetterQueue} {
+	for _, no := range log.GroupOf(log.MainQueue) {
 		q := c.st.Queue(no)
 		if q == nil {
 			continue
@@ -532,7 +533,7 @@ func (c *entityCheck) full(seg string) {
 					continue
 				}
 				c.record(qn, seq, ref.Index, ref.Pos, "an overlay", log.Abandoned, log.Deferred, log.DeadLettered, log.Forwarded,
-					log.Restored)
+					log.Restored, log.TransferDeadLettered)
 			}
 			if m.Session != 0 {
 				if ss := q.Sessions(); ss == nil || ss.ByNo(m.Session) == nil {

@@ -348,6 +348,9 @@ func TestErrors(t *testing.T) {
 		{"forward to a bad name", queuesDoc(`{"Name": "a", "Properties": {"ForwardTo": ‸"b c"}}`), qp + `.ForwardTo: invalid entity name "b c": ' ' is not allowed`},
 		{"forward to itself", queuesDoc(`{"Name": "a", "Properties": {"ForwardTo": ‸"A"}}`), qp + `.ForwardTo: queue "a" cannot forward to itself`},
 		{"forward to itself, name last", queuesDoc(`{"Properties": {"ForwardTo": "b", "ForwardDeadLetteredMessagesTo": ‸"a"}, "Name": "a"}`), qp + `.ForwardDeadLetteredMessagesTo: queue "a" cannot forward to itself`},
+		{"session queue that forwards", queuesDoc(`{"Name": "a", "Properties": {"RequiresSession": true, "ForwardTo": ‸"b"}}`), qp + `.ForwardTo: ForwardTo is not supported for session-enabled queues or subscriptions`},
+		{"forwarding queue that requires sessions", queuesDoc(`{"Name": "a", "Properties": {"ForwardTo": "b", "RequiresSession": ‸true}}`), qp + `.RequiresSession: ForwardTo is not supported for session-enabled queues or subscriptions`},
+		{"session subscription that forwards", topicDoc(`{"Name": "s", "Properties": {"ForwardTo": "q", "RequiresSession": ‸true, "ForwardDeadLetteredMessagesTo": "q"}}`), sub + `.Properties.RequiresSession: ForwardTo is not supported for session-enabled queues or subscriptions`},
 		{"forward to itself twice", queuesDoc(`{"Name": "a", "Properties": {"ForwardDeadLetteredMessagesTo": ‸"a", "ForwardTo": "a"}}`), qp + `.ForwardDeadLetteredMessagesTo: queue "a" cannot forward to itself`},
 
 		// Names.
@@ -540,11 +543,12 @@ func TestQueueConfig(t *testing.T) {
 		}
 		return f.Namespaces[0].Queues[0]
 	}
+	// All but ForwardTo, which a queue requiring sessions cannot have.
 	all := parseQueue(t, `
 		"LockDuration": "PT4M30S", "MaxDeliveryCount": 1000,
 		"DefaultMessageTimeToLive": "P400D", "DeadLetteringOnMessageExpiration": true,
 		"RequiresSession": true, "RequiresDuplicateDetection": true,
-		"DuplicateDetectionHistoryTimeWindow": "P7D", "ForwardTo": "next",
+		"DuplicateDetectionHistoryTimeWindow": "P7D",
 		"ForwardDeadLetteredMessagesTo": "graveyard", "MaxMessageSizeInKilobytes": 102400`)
 	want := projection.Config{
 		LockDuration:                  4*time.Minute + 30*time.Second,
@@ -555,11 +559,13 @@ func TestQueueConfig(t *testing.T) {
 		RequiresDuplicateDetection:    true,
 		DuplicateWindow:               7 * day,
 		MaxMessageSize:                100 << 20,
-		ForwardTo:                     "next",
 		ForwardDeadLetteredMessagesTo: "graveyard",
 	}
 	if got := all.Config(); got != want {
 		t.Errorf("config\n%+v\nwant\n%+v", got, want)
+	}
+	if got := parseQueue(t, `"ForwardTo": "next"`).Config().ForwardTo; got != "next" {
+		t.Errorf("ForwardTo %q", got)
 	}
 	if got := parseQueue(t, "").Config(); got != projection.DefaultConfig() {
 		t.Errorf("config of no properties %+v, want the defaults", got)

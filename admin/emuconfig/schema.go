@@ -273,6 +273,16 @@ func (d *decoder) properties(kind entityKind) (Properties, map[string]int) {
 	if err := p.config().Validate(); err != nil {
 		d.failAt(start, err)
 	}
+	// Service Bus does not support ForwardTo on an entity that requires
+	// sessions (auto-forwarding docs); reported at whichever of the two
+	// the file gives last.
+	if p.RequiresSession != nil && *p.RequiresSession && p.ForwardTo != nil && *p.ForwardTo != "" {
+		key := "ForwardTo"
+		if offsets["RequiresSession"] > offsets[key] {
+			key = "RequiresSession"
+		}
+		d.failAt(offsets[key], errors.New("ForwardTo is not supported for session-enabled queues or subscriptions"), key)
+	}
 	return p, offsets
 }
 

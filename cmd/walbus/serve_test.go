@@ -23,10 +23,13 @@ import (
 )
 
 // runWalbus runs the binary to completion and returns its exit status and
-// output.
+// output. A run that has not ended after two minutes (a serve that should
+// have refused to start) is killed, and reports exit status -1.
 func runWalbus(t *testing.T, env []string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(walbusBin, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, walbusBin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -44,6 +47,10 @@ func runWalbus(t *testing.T, env []string, args ...string) (int, string, string)
 func TestCommandLine(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	os.WriteFile(bad, []byte("{\n  \"UserConfig\": {\"Namespaces\": [{\"Name\": \"ns\",\n    \"Queues\": [{\"Name\": \"q\", \"Properties\": {\"LockDuration\": \"PT1X\"}}]}]}\n}\n"), 0o644)
+	// Service Bus does not support ForwardTo on a queue that requires sessions.
+	sessionForward := filepath.Join(t.TempDir(), "session-forward.json")
+	os.WriteFile(sessionForward, []byte("{\"UserConfig\": {\"Namespaces\": [{\"Name\": \"ns\", \"Queues\": [\n  {\"Name\": \"next\"},\n"+
+		"  {\"Name\": \"q\", \"Properties\": {\"RequiresSession\": true, \"ForwardTo\": \"next\"}}]}]}}\n"), 0o644)
 	for _, c := range []struct {
 		name   string
 		env    []string
@@ -66,6 +73,8 @@ func TestCommandLine(t *testing.T) {
 		{"amqps without a certificate", nil, []string{"serve", "--amqps", "127.0.0.1:0"}, 2, "need --tls-cert"},
 		{"bad config", nil, []string{"serve", "--data", t.TempDir(), "--amqp", "127.0.0.1:0", "--http", "",
 			"--config", bad}, 2, bad + ":3:"},
+		{"session queue that forwards", nil, []string{"serve", "--data", t.TempDir(), "--amqp", "127.0.0.1:0", "--http", "",
+			"--config", sessionForward}, 2, sessionForward + ":3:70: UserConfig.Namespaces[0].Queues[1].Properties.ForwardTo: ForwardTo is not supported for session-enabled queues"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, stdout, stderr := runWalbus(t, c.env, c.args...)
@@ -174,6 +183,7 @@ func TestHealthAndMetrics(t *testing.T) {
 		`walbus_queue_messages{entity="q",state="deferred",subqueue="active"} 1`,
 		`walbus_queue_messages{entity="q",state="scheduled",subqueue="active"} 1`,
 		`walbus_queue_messages{entity="q",state="available",subqueue="deadletter"} 1`,
+		`walbus_queue_messages{entity="q",state="available",subqueue="transferdeadletter"} 0`,
 	}
 	text := getText(t, "http://"+p.http+"/metrics")
 	for _, want := range append(states,
