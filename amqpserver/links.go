@@ -110,7 +110,7 @@ const (
 )
 
 // attachReceiver accepts a link on which the client receives from a queue
-// or its dead-letter subqueue; with a session filter it is a session
+// or one of its dead-letter subqueues; with a session filter it is a session
 // receiver, answered once a session is locked for it.
 func (cs *connState) attachReceiver(l *transport.Link, address string) {
 	e, queue, err := cs.resolve(address)
