@@ -10,6 +10,11 @@ import (
 
 const shortIdle = 300 * time.Millisecond
 
+// keptIdle is the idle time-out of the tests in which heartbeats must keep
+// a connection open: long enough that a loaded machine (the race detector,
+// every package at once) does not stall a heartbeat past it.
+const keptIdle = time.Second
+
 // TestSilentPeerClosed: a peer that sends nothing, not even heartbeats,
 // is closed once our idle time-out passes (§2.4.5).
 func TestSilentPeerClosed(t *testing.T) {
@@ -32,10 +37,10 @@ func TestSilentPeerClosed(t *testing.T) {
 // TestHeartbeatingPeerStays: go-amqp heartbeats at half what we advertise,
 // so it outlives several of our time-outs while idle.
 func TestHeartbeatingPeerStays(t *testing.T) {
-	ts := startServer(t, Config{IdleTimeout: shortIdle}, nil)
+	ts := startServer(t, Config{IdleTimeout: keptIdle}, nil)
 	c := ts.dial(t, nil)
 	s := newSession(t, c)
-	time.Sleep(4 * shortIdle)
+	time.Sleep(3 * keptIdle)
 	snd, err := s.NewSender(testCtx(t), "q", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -49,9 +54,9 @@ func TestHeartbeatingPeerStays(t *testing.T) {
 // by our empty frames.
 func TestServerHeartbeats(t *testing.T) {
 	ts := startServer(t, Config{}, nil)
-	c := ts.dial(t, &amqp.ConnOptions{SASLType: amqp.SASLTypeAnonymous(), IdleTimeout: shortIdle})
+	c := ts.dial(t, &amqp.ConnOptions{SASLType: amqp.SASLTypeAnonymous(), IdleTimeout: keptIdle})
 	s := newSession(t, c)
-	time.Sleep(4 * shortIdle)
+	time.Sleep(3 * keptIdle)
 	snd, err := s.NewSender(testCtx(t), "q", nil)
 	if err != nil {
 		t.Fatal(err)
