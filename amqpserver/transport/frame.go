@@ -43,6 +43,13 @@ func (c *Conn) handleFrame(h frames.Header, body []byte) *frames.Error {
 		return newError(CondNotAllowed, "second open")
 	}
 	s := c.session(h.Channel)
+	if s == nil && code == frames.CodeEnd {
+		// go-amqp ends a session it gave up on before its begin was
+		// written (its context ran out), with its next begin: nothing to
+		// end here, and closing the connection would take the client's
+		// other links with it.
+		return nil
+	}
 	if s == nil {
 		return newError(CondNotAllowed, fmt.Sprintf("%s on channel %d, which has no session", frameName(code), h.Channel))
 	}
