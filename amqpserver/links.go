@@ -226,19 +226,29 @@ type receiverLink struct {
 }
 
 // accept answers the attach and starts receiving with the credit the
-// client granted meanwhile.
+// client granted meanwhile. The link is known to $management before its
+// answer leaves: a client that peeks, or asks for its session's state,
+// right after the attach names it as the associated link (a session
+// receiver is answered from another goroutine than the one reading its
+// requests).
 func (rl *receiverLink) accept(reply *transport.Reply) {
-	if err := rl.l.AcceptOutbound(reply, rl); err != nil {
-		rl.r.Detach(nil)
-		rl.cs.unguard(rl.l)
-		return
-	}
+	name := rl.l.Name()
 	rl.cs.mu.Lock()
 	if rl.cs.receivers == nil {
 		rl.cs.receivers = make(map[string]*receiverLink)
 	}
-	rl.cs.receivers[rl.l.Name()] = rl
+	rl.cs.receivers[name] = rl
 	rl.cs.mu.Unlock()
+	if err := rl.l.AcceptOutbound(reply, rl); err != nil {
+		rl.cs.mu.Lock()
+		if rl.cs.receivers[name] == rl {
+			delete(rl.cs.receivers, name)
+		}
+		rl.cs.mu.Unlock()
+		rl.r.Detach(nil)
+		rl.cs.unguard(rl.l)
+		return
+	}
 	rl.Credit(rl.l, rl.l.Credit())
 }
 
