@@ -16,28 +16,7 @@ import (
 // the directory, replay shows where the message came from, and audit of it
 // in "dst" starts with its arrival.
 func TestToolsOnForwardedMessages(t *testing.T) {
-	data := t.TempDir()
-	s := newSceneWith(t, broker.Options{Dir: data})
-	dst := s.queue("dst", projection.DefaultConfig())
-	cfg := projection.DefaultConfig()
-	cfg.ForwardDeadLetteredMessagesTo = "dst"
-	src := s.queue("src", cfg)
-	s.send(src, msg("m", "body"))
-	r := s.receiver(src, log.MainQueue, "r", broker.PeekLock)
-	r.settle(r.take(), projection.DeadLetter, "poison")
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		c, _ := src.Counts(log.DeadLetterQueue)
-		if c.Total == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("not forwarded")
-		}
-	}
-	if err := dst.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	s.close()
+	data := deadLetterForwarded(t, projection.DefaultConfig(), "body", log.DeadLetterQueue, 0)
 
 	if f := verifyUnchanged(t, data); len(f) != 0 {
 		t.Fatalf("findings on a directory with a forwarded message:\n%s", sprintLines(f))
@@ -113,27 +92,9 @@ func TestToolsOnRestoredMessages(t *testing.T) {
 // for it) moves to src's transfer dead-letter queue: verify accepts the
 // directory, replay and audit say why it moved, and state shows the queue.
 func TestToolsOnTransferDeadLetteredMessages(t *testing.T) {
-	data := t.TempDir()
-	s := newSceneWith(t, broker.Options{Dir: data})
 	small := projection.DefaultConfig()
 	small.MaxMessageSize = 10
-	s.queue("dst", small)
-	cfg := projection.DefaultConfig()
-	cfg.ForwardDeadLetteredMessagesTo = "dst"
-	src := s.queue("src", cfg)
-	s.send(src, msg("m", "a body longer than ten bytes"))
-	r := s.receiver(src, log.MainQueue, "r", broker.PeekLock)
-	r.settle(r.take(), projection.DeadLetter, "poison")
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		c, _ := src.Counts(log.TransferDeadLetterQueue)
-		if c.Total == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("not moved to the transfer dead-letter queue")
-		}
-	}
-	s.close()
+	data := deadLetterForwarded(t, small, "a body longer than ten bytes", log.TransferDeadLetterQueue, 1)
 
 	if f := verifyUnchanged(t, data); len(f) != 0 {
 		t.Fatalf("findings on a directory with a transfer dead-lettered message:\n%s", sprintLines(f))
@@ -164,4 +125,35 @@ func TestToolsOnTransferDeadLetteredMessages(t *testing.T) {
 	if !strings.Contains(out.String(), "\ntdlq ") {
 		t.Fatalf("state:\n%s", out.String())
 	}
+}
+
+// deadLetterForwarded makes a data directory in which message "m" (with
+// body) was dead-lettered in "src", whose ForwardDeadLetteredMessagesTo is
+// "dst" (made with dstCfg), and waits until src's queue then holds want
+// messages: the forward done (its dead-letter queue empty) or refused (its
+// transfer dead-letter queue holding m).
+func deadLetterForwarded(t *testing.T, dstCfg projection.Config, body string, queue uint32, want uint64) string {
+	t.Helper()
+	data := t.TempDir()
+	s := newSceneWith(t, broker.Options{Dir: data})
+	dst := s.queue("dst", dstCfg)
+	cfg := projection.DefaultConfig()
+	cfg.ForwardDeadLetteredMessagesTo = "dst"
+	src := s.queue("src", cfg)
+	s.send(src, msg("m", body))
+	r := s.receiver(src, log.MainQueue, "r", broker.PeekLock)
+	r.settle(r.take(), projection.DeadLetter, "poison")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, _ := src.Counts(queue); c.Total == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %d of src never held %d messages", queue, want)
+		}
+	}
+	if err := dst.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+	return data
 }
