@@ -316,8 +316,19 @@ func quoteIfNeeded(s string) string {
 }
 
 // textHeader and textLine lay out replay's table: fixed columns, then the
-// details.
-const textHeader = "INDEX     TIME                      TYPE                  QUEUE  SEQ       DETAILS"
+// details. The TYPE column is as wide as the longest event type's name.
+var (
+	typeWidth  = longestTypeName()
+	textHeader = fmt.Sprintf("%-9s %-25s %-*s %-6s %-9s %s", "INDEX", "TIME", typeWidth, "TYPE", "QUEUE", "SEQ", "DETAILS")
+)
+
+func longestTypeName() int {
+	n := 0
+	for _, t := range log.Types() {
+		n = max(n, len(t.String()))
+	}
+	return n
+}
 
 func textLine(ev *log.Event, c eventContext) string {
 	queue, seq := "-", "-"
@@ -327,6 +338,6 @@ func textLine(ev *log.Event, c eventContext) string {
 	if s := seqOf(ev); s != 0 {
 		seq = strconv.FormatUint(s, 10)
 	}
-	line := fmt.Sprintf("%-9d %-25s %-21s %-6s %-9s %s", ev.Index, formatTime(ev.Time), ev.Type, queue, seq, eventDetails(ev, c))
+	line := fmt.Sprintf("%-9d %-25s %-*s %-6s %-9s %s", ev.Index, formatTime(ev.Time), typeWidth, ev.Type, queue, seq, eventDetails(ev, c))
 	return strings.TrimRight(line, " ")
 }
