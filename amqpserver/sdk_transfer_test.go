@@ -76,9 +76,12 @@ func TestSDKTransferDeadLetterQueue(t *testing.T) {
 	}
 	// The forwarder moves them one by one: wait for the third.
 	var peeked []*azservicebus.ReceivedMessage
-	for ; len(peeked) < 3; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(15 * time.Second); len(peeked) < 3; time.Sleep(10 * time.Millisecond) {
 		if peeked, err = tdlq.PeekMessages(ctxT(t), 10, &azservicebus.PeekMessagesOptions{FromSequenceNumber: to.Ptr[int64](0)}); err != nil {
 			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the transfer dead-letter queue holds %d messages, want 3", len(peeked))
 		}
 	}
 	for i, m := range peeked {
