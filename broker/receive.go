@@ -392,11 +392,16 @@ func (e *Entity) delivery(q uint32, seq uint64) (Delivery, error) {
 		case log.Forwarded:
 			o.Source = ov.Name
 		case log.Restored:
-			// A restored message's record folds its earlier overlays; in a
-			// dead-letter queue it stands for the dead-lettering.
+			// A restored message's record folds its earlier overlays: in a
+			// dead-letter queue it stands for the dead-lettering, and
+			// elsewhere, for a message forwarded from another entity's
+			// dead-letter queue, for that arrival (reason and source).
 			o.Source = ov.Name
-			if projection.IsDeadLetterQueue(ov.Queue) {
+			switch {
+			case projection.IsDeadLetterQueue(ov.Queue):
 				o.Type = log.DeadLettered
+			case ov.Name != "":
+				o.Type = log.Forwarded
 			}
 		}
 		d.Overlays = append(d.Overlays, o)

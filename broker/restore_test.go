@@ -78,3 +78,31 @@ func TestRestoredMessageKeepsWhatItHad(t *testing.T) {
 	}
 	check("after a restart")
 }
+
+// A message forwarded from another entity's dead-letter queue keeps, once
+// restored, what its arrival said: where it came from and why it was
+// dead-lettered there.
+func TestRestoredForwardedMessageKeepsItsSource(t *testing.T) {
+	b := openBroker(t, Options{Dir: t.TempDir()})
+	defer b.Close()
+	dst, src := forwardingPair(t, b)
+	deadLetterOne(t, src, "f")
+	waitCounts(t, dst, log.MainQueue, func(c projection.Counts) bool { return c.Total == 1 })
+	got := make(chan Delivery, 1)
+	rd, _ := dst.Attach(ReceiverOptions{Name: "rd", Mode: ReceiveAndDelete, Deliver: func(d Delivery) { got <- d }})
+	rd.SetLimit(1)
+	d := nextDelivery(t, got)
+	rd.Detach(nil)
+	done := make(chan error, 1)
+	dst.Restore([]Delivery{d}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	peek, err := dst.Peek(log.MainQueue, 1, 10, "")
+	if err != nil || len(peek) != 1 {
+		t.Fatalf("after the restore the queue holds %d messages (%v)", len(peek), err)
+	}
+	if ov := peek[0].Overlays; len(ov) != 1 || ov[0].Type != log.Forwarded || ov[0].Source != "src" || ov[0].Reason != "poison" {
+		t.Fatalf("restored forwarded message: overlays %+v, want its arrival from src with reason poison", ov)
+	}
+}
