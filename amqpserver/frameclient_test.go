@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/amqpserver/frames"
+	"github.com/walbus/walbus/amqpserver/internal/rawframe"
 )
 
 // frameClient speaks AMQP frame by frame, for what go-amqp does not do the way
@@ -20,13 +21,8 @@ type frameClient struct {
 
 func dialFrames(t testing.TB, addr string) *frameClient {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nc.Close() })
-	_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
-	r := &frameClient{t: t, nc: nc, r: bufio.NewReader(nc)}
+	nc, br := rawframe.Dial(t, addr, 20*time.Second)
+	r := &frameClient{t: t, nc: nc, r: br}
 	r.write(frames.AppendProtocolHeader(nil, frames.ProtocolSASL))
 	r.readHeader()
 	expectFrame[*frames.SASLMechanisms](r)
@@ -79,30 +75,16 @@ func (r *frameClient) nextWithin(d time.Duration) (p frames.Performative, payloa
 	_ = r.nc.SetReadDeadline(time.Now().Add(d))
 	defer r.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
 	for {
-		var hdr [8]byte
-		if _, err := io.ReadFull(r.r, hdr[:]); err != nil {
-			if ne, isNet := err.(net.Error); isNet && ne.Timeout() {
-				return nil, nil, false
-			}
+		f, err := rawframe.Read(r.r)
+		if ne, isNet := err.(net.Error); isNet && ne.Timeout() {
+			return nil, nil, false
+		}
+		if err != nil {
 			r.t.Fatalf("read frame: %v", err)
 		}
-		h, err := frames.ParseHeader(hdr[:])
-		if err != nil {
-			r.t.Fatalf("frame header: %v", err)
+		if f.P != nil { // not a heartbeat
+			return f.P, f.Payload, true
 		}
-		rest := make([]byte, h.Size-8)
-		if _, err := io.ReadFull(r.r, rest); err != nil {
-			r.t.Fatalf("read frame: %v", err)
-		}
-		body := rest[h.BodyOffset()-8:]
-		if len(body) == 0 {
-			continue // a heartbeat
-		}
-		p, payload, err = frames.ParseBody(body)
-		if err != nil {
-			r.t.Fatalf("frame body: %v", err)
-		}
-		return p, payload, true
 	}
 }
 

@@ -150,10 +150,7 @@ func TestMalformedFrames(t *testing.T) {
 // max-message-size is rejected with message-size-exceeded once its last
 // frame is in, and the link carries on.
 func TestOversizeMessage(t *testing.T) {
-	h := newTestHandler()
-	col := newCollector(h, 4)
-	h.inbound = func(*Link) InboundHandler { return col }
-	ts := startServer(t, Config{MaxFrameSize: 4096, MaxMessageSize: 10000}, h)
+	ts, col := collectingServer(t, Config{MaxFrameSize: 4096, MaxMessageSize: 10000}, 4)
 	r := dialRaw(t, ts.addr)
 	r.open(frames.Open{})
 	r.begin(0)
@@ -244,10 +241,7 @@ func TestPeerHandleMax(t *testing.T) {
 // the rejection of an oversize delivery goes out unsettled, as every
 // outcome in that mode (§2.8.3), and the peer's settlement ends it.
 func TestOversizeRejectedInModeSecond(t *testing.T) {
-	h := newTestHandler()
-	col := newCollector(h, 4)
-	h.inbound = func(*Link) InboundHandler { return col }
-	ts := startServer(t, Config{MaxFrameSize: 4096, MaxMessageSize: 1000}, h)
+	ts, col := collectingServer(t, Config{MaxFrameSize: 4096, MaxMessageSize: 1000}, 4)
 	r := dialRaw(t, ts.addr)
 	r.open(frames.Open{})
 	r.begin(0)

@@ -6,10 +6,10 @@ import (
 	"io"
 	"net"
 	"testing"
-	"time"
 
 	"github.com/walbus/walbus/amqpserver/encoding"
 	"github.com/walbus/walbus/amqpserver/frames"
+	"github.com/walbus/walbus/amqpserver/internal/rawframe"
 )
 
 // rawClient speaks AMQP frame by frame, for what go-amqp cannot be made
@@ -22,13 +22,8 @@ type rawClient struct {
 
 func dialRaw(t testing.TB, addr string) *rawClient {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nc.Close() })
-	_ = nc.SetDeadline(time.Now().Add(safety))
-	return &rawClient{t: t, nc: nc, r: bufio.NewReader(nc)}
+	nc, br := rawframe.Dial(t, addr, safety)
+	return &rawClient{t: t, nc: nc, r: br}
 }
 
 func (r *rawClient) write(b []byte) {
@@ -72,27 +67,14 @@ type rawFrame struct {
 
 // readFrame returns the next frame, or an error at the end of the stream.
 func (r *rawClient) readFrame() (rawFrame, error) {
-	var hdr [8]byte
-	if _, err := io.ReadFull(r.r, hdr[:]); err != nil {
+	f, err := rawframe.Read(r.r)
+	if errors.Is(err, rawframe.ErrMalformed) {
+		r.t.Fatal(err)
+	}
+	if err != nil {
 		return rawFrame{}, err
 	}
-	h, err := frames.ParseHeader(hdr[:])
-	if err != nil {
-		r.t.Fatalf("frame header: %v", err)
-	}
-	rest := make([]byte, h.Size-8)
-	if _, err := io.ReadFull(r.r, rest); err != nil {
-		return rawFrame{}, err
-	}
-	body := rest[h.BodyOffset()-8:]
-	if len(body) == 0 {
-		return rawFrame{h: h}, nil
-	}
-	p, payload, err := frames.ParseBody(body)
-	if err != nil {
-		r.t.Fatalf("frame body: %v", err)
-	}
-	return rawFrame{h, p, payload}, nil
+	return rawFrame{f.H, f.P, f.Payload}, nil
 }
 
 // next returns the next non-empty frame.

@@ -24,6 +24,16 @@ func newCollector(h *testHandler, n int) *collector {
 	return &collector{h: h, deliveries: make(chan Delivery, n)}
 }
 
+// collectingServer starts a server with cfg whose inbound links all
+// deliver to one collector holding up to n deliveries.
+func collectingServer(t *testing.T, cfg Config, n int) (*testServer, *collector) {
+	t.Helper()
+	h := newTestHandler()
+	col := newCollector(h, n)
+	h.inbound = func(*Link) InboundHandler { return col }
+	return startServer(t, cfg, h), col
+}
+
 func (c *collector) Deliver(d Delivery) {
 	d.Tag = bytes.Clone(d.Tag)
 	d.Payload = bytes.Clone(d.Payload)
@@ -33,10 +43,7 @@ func (c *collector) Deliver(d Delivery) {
 func (c *collector) Detached(l *Link, err *frames.Error) { c.h.linkDetached(l, err) }
 
 func TestSendUnsettled(t *testing.T) {
-	h := newTestHandler()
-	col := newCollector(h, 16)
-	h.inbound = func(*Link) InboundHandler { return col }
-	ts := startServer(t, Config{}, h)
+	ts, col := collectingServer(t, Config{}, 16)
 	snd, err := newSession(t, ts.dial(t, nil)).NewSender(testCtx(t), "q", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -59,10 +66,7 @@ func TestSendUnsettled(t *testing.T) {
 }
 
 func TestSendSettled(t *testing.T) {
-	h := newTestHandler()
-	col := newCollector(h, 16)
-	h.inbound = func(*Link) InboundHandler { return col }
-	ts := startServer(t, Config{}, h)
+	ts, col := collectingServer(t, Config{}, 16)
 	mode := amqp.SenderSettleModeSettled
 	snd, err := newSession(t, ts.dial(t, nil)).NewSender(testCtx(t), "q", &amqp.SenderOptions{SettlementMode: &mode})
 	if err != nil {
@@ -89,10 +93,7 @@ func TestSendSettled(t *testing.T) {
 // them in random order with mixed outcomes; each Send sees its own.
 func TestSendPipelinedOutOfOrder(t *testing.T) {
 	const n = 500
-	h := newTestHandler()
-	col := newCollector(h, n)
-	h.inbound = func(*Link) InboundHandler { return col }
-	ts := startServer(t, Config{}, h)
+	ts, col := collectingServer(t, Config{}, n)
 	snd, err := newSession(t, ts.dial(t, nil)).NewSender(testCtx(t), "q", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -330,10 +331,7 @@ func TestSlowHandlerBackPressuresItsLinkOnly(t *testing.T) {
 
 // TestSendBatchFormat keeps the transfer's message-format.
 func TestSendBatchFormat(t *testing.T) {
-	h := newTestHandler()
-	col := newCollector(h, 4)
-	h.inbound = func(*Link) InboundHandler { return col }
-	ts := startServer(t, Config{}, h)
+	ts, col := collectingServer(t, Config{}, 4)
 	r := dialRaw(t, ts.addr)
 	r.open(frames.Open{})
 	r.begin(0)
