@@ -33,10 +33,17 @@ import (
 // refuses for good (too large for it, no SessionId where it requires one)
 // moves to the source's transfer dead-letter queue instead, as in Service
 // Bus, saying why, so the messages behind it are not held up for ever.
+//
+// Every auto-forward is a hop: each ForwardTo link a send follows, and each
+// dead-letter forward with the links it follows at its target. Messages
+// record their count (log.Event.Hops), and a dead-letter forward that would
+// take one past MaxForwardHops is refused as MaxTransferHopCountExceeded,
+// so two entities whose dead-letter queues forward to each other pass a
+// message back and forth a few times, not for ever.
 
 // MaxForwardHops is how many ForwardTo links a chain may have, as in
-// Service Bus.
-const MaxForwardHops = 4
+// Service Bus: as many as a message's auto-forwards in all.
+const MaxForwardHops = projection.MaxHops
 
 // ForwardReceiver is the lock owner the dead-letter forwarder uses.
 const ForwardReceiver = "$forward"
@@ -45,15 +52,15 @@ const ForwardReceiver = "$forward"
 var ErrForwarding = errors.New("invalid forwarding")
 
 // forwardTarget is where a send to e's queue is stored: e itself, or the
-// entity at the end of its ForwardTo chain, at most MaxForwardHops away. A
-// chain that names an entity that no longer exists stops before it, so
-// messages are kept, not lost. Each entity a message passes through
-// accepts it first, so its size limit applies too: the error is for msgs
-// that one of them refuses.
-func (e *Entity) forwardTarget(queue uint32, msgs []projection.Message) (*Entity, error) {
+// entity at the end of its ForwardTo chain, at most MaxForwardHops away;
+// hops counts the links followed. A chain that names an entity that no
+// longer exists stops before it, so messages are kept, not lost. Each
+// entity a message passes through accepts it first, so its size limit
+// applies too: the error is for msgs that one of them refuses.
+func (e *Entity) forwardTarget(queue uint32, msgs []projection.Message) (t *Entity, hops uint32, err error) {
 	cur := e
 	if queue != log.MainQueue {
-		return cur, nil
+		return cur, 0, nil
 	}
 	for range MaxForwardHops {
 		cfg := cur.cfg.Load()
@@ -67,12 +74,13 @@ func (e *Entity) forwardTarget(queue uint32, msgs []projection.Message) (*Entity
 		}
 		for _, m := range msgs {
 			if len(m.Body) > cfg.MaxMessageSize {
-				return nil, fmt.Errorf("%w: %d bytes, limit %d (%s)", projection.ErrMessageTooLarge, len(m.Body), cfg.MaxMessageSize, cur.name)
+				return nil, 0, fmt.Errorf("%w: %d bytes, limit %d (%s)", projection.ErrMessageTooLarge, len(m.Body), cfg.MaxMessageSize, cur.name)
 			}
 		}
 		cur = next
+		hops++
 	}
-	return cur, nil
+	return cur, hops, nil
 }
 
 // checkForwarding validates the forwarding settings of cfg for entity name
@@ -188,7 +196,7 @@ func (e *Entity) forward() {
 		e.forwardFailed(fmt.Errorf("forward dead-lettered message %d: %w", seq, err))
 		return
 	}
-	fw := &projection.Forward{Source: e.id, SourceName: e.name, Seq: seq}
+	fw := &projection.Forward{Source: e.id, SourceName: e.name, Seq: seq, Hops: d.Hops + 1}
 	for _, ov := range d.Overlays {
 		if ov.Type == log.DeadLettered || ov.Type == log.Forwarded {
 			fw.Reason, fw.Description = ov.Reason, ov.Description
@@ -248,6 +256,8 @@ func forwardRefusal(err error) (reason string, refused bool) {
 		return projection.ReasonMessageSizeExceeded, true
 	case errors.Is(err, projection.ErrSessionIDRequired):
 		return projection.ReasonSessionIDIsNull, true
+	case errors.Is(err, projection.ErrTooManyHops):
+		return projection.ReasonMaxTransferHops, true
 	case errors.Is(err, projection.ErrNotAllowed), errors.Is(err, projection.ErrInvalid):
 		return projection.ReasonForwardingRefused, true
 	}
@@ -287,12 +297,12 @@ func (e *Entity) forwardFailed(err error) {
 // dead-letter queue (see projection.Forward) to the main queue, following
 // this entity's own ForwardTo chain; done runs once it is durable.
 func (e *Entity) sendForwarded(msg projection.Message, fw *projection.Forward, done func(error)) {
-	t, err := e.forwardTarget(log.MainQueue, []projection.Message{msg})
+	t, hops, err := e.forwardTarget(log.MainQueue, []projection.Message{msg})
 	if err != nil {
 		done(err)
 		return
 	}
 	t.do(done, func(t *Entity) ([]log.Event, error) {
-		return t.decide(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{msg}, Forward: fw})
+		return t.decide(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{msg}, Hops: hops, Forward: fw})
 	})
 }

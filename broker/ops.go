@@ -14,7 +14,7 @@ import (
 // Send takes ownership of the messages' Body slices. done runs on a broker
 // goroutine and must not block.
 func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error)) {
-	t, err := e.forwardTarget(queue, msgs)
+	t, hops, err := e.forwardTarget(queue, msgs)
 	if err != nil {
 		done(err)
 		return
@@ -22,7 +22,7 @@ func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error))
 	// Even when every message is a duplicate (no events), done waits for
 	// whatever came before: the original may not be durable yet.
 	t.do(done, func(t *Entity) ([]log.Event, error) {
-		return t.decide(projection.Send{Queue: queue, Messages: msgs})
+		return t.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops})
 	})
 }
 
@@ -30,13 +30,13 @@ func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error))
 // stored (scheduled or, if due already, enqueued), in order. Duplicates
 // dropped by duplicate detection have none.
 func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]uint64, error)) {
-	t, err := e.forwardTarget(queue, msgs)
+	t, hops, err := e.forwardTarget(queue, msgs)
 	if err != nil {
 		done(nil, err)
 		return
 	}
 	err = t.post(func(e *Entity) {
-		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs})
+		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops})
 		if err != nil {
 			done(nil, err)
 			return
@@ -61,7 +61,7 @@ func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]u
 // Cancel withdraws scheduled messages; numbers no longer scheduled are
 // ignored. done runs once the cancellation is durable.
 func (e *Entity) Cancel(queue uint32, seqs []uint64, done func(error)) {
-	t, _ := e.forwardTarget(queue, nil)
+	t, _, _ := e.forwardTarget(queue, nil)
 	t.do(done, func(t *Entity) ([]log.Event, error) {
 		return t.decide(projection.Cancel{Queue: queue, Seqs: seqs})
 	})
@@ -127,7 +127,7 @@ func (e *Entity) Restore(ds []Delivery, done func(error)) {
 // keeps them in, as a forward does.
 func restored(d *Delivery) projection.Restored {
 	r := projection.Restored{Seq: d.Seq, Body: d.Message, MessageID: d.MessageID, SessionID: d.SessionID,
-		Expires: d.ExpiresAt, Deliveries: d.Deliveries}
+		Expires: d.ExpiresAt, Deliveries: d.Deliveries, Hops: d.Hops}
 	for _, ov := range d.Overlays {
 		if ov.Type == log.DeadLettered || ov.Type == log.Forwarded || ov.Type == log.TransferDeadLettered {
 			r.Reason, r.Description = ov.Reason, ov.Description

@@ -38,6 +38,7 @@ type Delivery struct {
 	ScheduledAt int64         // unix ns, for scheduled messages
 	MessageID   string
 	SessionID   string
+	Hops        uint32 // auto-forwards that brought the message here
 	Message     []byte // the bare message as the client sent it; read-only
 	Overlays    []Overlay
 }
@@ -369,6 +370,7 @@ func (e *Entity) delivery(q uint32, seq uint64) (Delivery, error) {
 		EnqueuedAt: rec.Time,
 		MessageID:  rec.MessageID,
 		SessionID:  rec.SessionID,
+		Hops:       rec.Hops,
 		Message:    rec.Message,
 	}
 	switch rec.Type {

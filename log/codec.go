@@ -54,6 +54,7 @@ const (
 	fState
 	fSource
 	fDeliveries
+	fHops
 )
 
 var layouts = map[Type][]field{
@@ -92,6 +93,24 @@ var layouts = map[Type][]field{
 	Checkpoint: {},
 }
 
+// tails names the optional field a type's payload may end with, after its
+// layout. It is written only when it is not zero, so a record without it
+// reads as zero: the records written before the field existed, and those
+// of the (many) messages it does not concern, are unchanged. Decoding
+// refuses a tail that holds zero, so every record has one encoding.
+var tails = map[Type]field{
+	Enqueued: fHops, Scheduled: fHops, Activated: fHops, Forwarded: fHops, Restored: fHops,
+}
+
+// tail is the optional field e's record carries, if any.
+func (e *Event) tail() (field, bool) {
+	if e.Hops == 0 {
+		return 0, false
+	}
+	f, ok := tails[e.Type]
+	return f, ok
+}
+
 // AppendRecord appends the envelope of e (with its payload and CRC) to dst.
 // It allocates only if dst lacks capacity.
 func AppendRecord(dst []byte, e *Event) []byte {
@@ -108,27 +127,35 @@ func AppendRecord(dst []byte, e *Event) []byte {
 func RecordSize(e *Event) int {
 	n := MinRecordSize
 	for _, f := range layouts[e.Type] {
-		switch f {
-		case fQueue:
-			n += uvarintLen(uint64(e.Queue))
-		case fSeq:
-			n += uvarintLen(e.Seq)
-		case fSource:
-			n += uvarintLen(e.Source)
-		case fDeliveries:
-			n += uvarintLen(uint64(e.Deliveries))
-		case fToken:
-			n += len(e.Token)
-		case fUntil:
-			n += uvarintLen(zigzag(e.Until))
-		case fTTL:
-			n += uvarintLen(zigzag(e.TTL))
-		default:
-			l := e.varLen(f)
-			n += uvarintLen(uint64(l)) + l
-		}
+		n += fieldSize(e, f)
+	}
+	if f, ok := e.tail(); ok {
+		n += fieldSize(e, f)
 	}
 	return n
+}
+
+func fieldSize(e *Event, f field) int {
+	switch f {
+	case fQueue:
+		return uvarintLen(uint64(e.Queue))
+	case fSeq:
+		return uvarintLen(e.Seq)
+	case fSource:
+		return uvarintLen(e.Source)
+	case fDeliveries:
+		return uvarintLen(uint64(e.Deliveries))
+	case fHops:
+		return uvarintLen(uint64(e.Hops))
+	case fToken:
+		return len(e.Token)
+	case fUntil:
+		return uvarintLen(zigzag(e.Until))
+	case fTTL:
+		return uvarintLen(zigzag(e.TTL))
+	}
+	l := e.varLen(f)
+	return uvarintLen(uint64(l)) + l
 }
 
 func appendPayload(dst []byte, e *Event) []byte {
@@ -155,6 +182,9 @@ func appendPayload(dst []byte, e *Event) []byte {
 				dst = AppendBytes(dst, e.bytesField(f))
 			}
 		}
+	}
+	if _, ok := e.tail(); ok {
+		dst = binary.AppendUvarint(dst, uint64(e.Hops)) // the only tail field
 	}
 	return dst
 }
@@ -231,6 +261,14 @@ func DecodeRecord(b []byte) (Event, error) {
 	for _, f := range layout {
 		readField(r, &e, f)
 	}
+	if r.Len() > 0 && r.Err() == nil {
+		if f, ok := tails[e.Type]; ok {
+			readField(r, &e, f)
+			if r.Err() == nil && e.Hops == 0 {
+				r.Fail("a %s tail of zero", e.Type)
+			}
+		}
+	}
 	if err := r.Done(); err != nil {
 		return e, fmt.Errorf("%w: %s payload: %v", ErrInvalidRecord, e.Type, err)
 	}
@@ -247,6 +285,8 @@ func readField(r *Reader, e *Event, f field) {
 		e.Source = r.Uvarint()
 	case fDeliveries:
 		e.Deliveries = r.Uint32()
+	case fHops:
+		e.Hops = r.Uint32()
 	case fToken:
 		copy(e.Token[:], r.Fixed(len(e.Token)))
 	case fUntil:

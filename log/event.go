@@ -104,6 +104,7 @@ type Event struct {
 	Name        string // entity name (namespace events; the source of a Forwarded message)
 	Source      uint64 // the id of the entity a Forwarded message came from
 	Deliveries  uint32 // a Restored message's failed delivery attempts
+	Hops        uint32 // auto-forwards that brought a message here, on the events that create one (see tails)
 	Props       []byte // encoded AMQP map of properties to modify, or entity properties
 	Message     []byte // the bare AMQP message exactly as the client sent it
 	State       []byte // session state

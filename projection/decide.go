@@ -25,10 +25,18 @@ type Configure struct {
 type Send struct {
 	Queue    uint32
 	Messages []Message
+	// Hops is how many ForwardTo links the send followed to reach this
+	// entity (0 for one sent to it).
+	Hops uint32
 	// Forward, if set, makes this the arrival of one message auto-forwarded
 	// from another entity's dead-letter queue.
 	Forward *Forward
 }
+
+// MaxHops is how many auto-forwards (ForwardTo links and dead-letter
+// forwards) a message may take in all, as in Service Bus. A dead-letter
+// forward that would take it further is refused with ErrTooManyHops.
+const MaxHops = 4
 
 // Forward describes a message auto-forwarded from the dead-letter queue of
 // another entity (its ForwardDeadLetteredMessagesTo). The source forwards
@@ -42,6 +50,9 @@ type Forward struct {
 	Reason      string // its dead-letter reason and description there
 	Description string
 	Props       []byte // the property maps its overlays there set, concatenated, oldest first
+	// Hops is the auto-forwards the message had taken to reach the source,
+	// plus this one; the arrival's hops add the Send's.
+	Hops uint32
 }
 
 // Message is one message to send, with the fields the broker acts on
@@ -124,6 +135,7 @@ type Restored struct {
 	SessionID  string
 	Expires    int64  // unix ns; 0 = never (dead-letter queues ignore it)
 	Deliveries uint16 // failed delivery attempts so far
+	Hops       uint32 // auto-forwards taken to get here
 	// Its property changes, folded: the dead-letter source (a message
 	// forwarded from another entity's dead-letter queue), its dead-letter
 	// reason and description (in a dead-letter queue), and the property
@@ -350,10 +362,12 @@ func (d *decision) send(c Send) error {
 			return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(m.Body), cfg.MaxMessageSize)
 		case q.sessions != nil && m.SessionID == "":
 			return ErrSessionIDRequired
+		case f.Hops+c.Hops > MaxHops:
+			return fmt.Errorf("%w: it would take %d", ErrTooManyHops, f.Hops+c.Hops)
 		}
 		d.emit(log.Event{Type: log.Forwarded, Queue: c.Queue, Until: d.expiry(m.TTL), MessageID: m.MessageID,
 			SessionID: m.SessionID, Name: f.SourceName, Source: f.Source, Seq: f.Seq, Reason: f.Reason,
-			Description: f.Description, Props: f.Props, Message: m.Body})
+			Description: f.Description, Props: f.Props, Message: m.Body, Hops: f.Hops + c.Hops})
 		return nil
 	}
 	var batchIDs map[string]bool
@@ -376,11 +390,11 @@ func (d *decision) send(c Send) error {
 		}
 		if m.ScheduledAt > d.now {
 			d.emit(log.Event{Type: log.Scheduled, Queue: c.Queue, Until: m.ScheduledAt, TTL: int64(m.TTL),
-				MessageID: m.MessageID, SessionID: m.SessionID, Message: m.Body})
+				MessageID: m.MessageID, SessionID: m.SessionID, Message: m.Body, Hops: c.Hops})
 			continue
 		}
 		d.emit(log.Event{Type: log.Enqueued, Queue: c.Queue, Until: d.expiry(m.TTL),
-			MessageID: m.MessageID, SessionID: m.SessionID, Message: m.Body})
+			MessageID: m.MessageID, SessionID: m.SessionID, Message: m.Body, Hops: c.Hops})
 	}
 	return nil
 }
@@ -400,7 +414,7 @@ func (d *decision) restore(c Restore) error {
 		}
 		d.emit(log.Event{Type: log.Restored, Queue: c.Queue, Seq: m.Seq, Until: until, Deliveries: uint32(m.Deliveries),
 			MessageID: m.MessageID, SessionID: m.SessionID, Name: m.Source, Reason: m.Reason,
-			Description: m.Description, Props: m.Props, Message: m.Body})
+			Description: m.Description, Props: m.Props, Message: m.Body, Hops: m.Hops})
 	}
 	return nil
 }
@@ -434,7 +448,7 @@ func (d *decision) activate(c Activate) error {
 		return fmt.Errorf("%w: activation of %d given record %s %d", ErrInvalid, c.Seq, r.Type, r.Index)
 	}
 	d.emit(log.Event{Type: log.Activated, Queue: c.Queue, Seq: c.Seq, Until: d.expiry(time.Duration(r.TTL)),
-		MessageID: r.MessageID, SessionID: r.SessionID, Message: r.Message})
+		MessageID: r.MessageID, SessionID: r.SessionID, Message: r.Message, Hops: r.Hops})
 	return nil
 }
 

@@ -26,6 +26,9 @@ var (
 	// ErrSessionIDRequired: a session-enabled entity got a message without
 	// a SessionId. amqp:not-allowed
 	ErrSessionIDRequired = errors.New("entities that require sessions accept only messages with a SessionId")
+	// ErrTooManyHops: a dead-letter forward would take a message past
+	// MaxHops. Only the dead-letter forwarder meets it, never a client.
+	ErrTooManyHops = errors.New("the message has been auto-forwarded as many times as Service Bus allows")
 	// ErrNotAllowed: the operation does not apply to this entity or queue.
 	// amqp:not-allowed
 	ErrNotAllowed = errors.New("the operation is not allowed on this entity")

@@ -9,11 +9,13 @@ import (
 
 // Dead-letter reasons for a message that ForwardDeadLetteredMessagesTo
 // cannot deliver (TransferDeadLetter). Service Bus names the missing
-// SessionId so; the others are walbus's.
+// SessionId and an exceeded hop count so; the others are walbus's.
 const (
 	ReasonSessionIDIsNull     = "Session ID is null"
 	ReasonMessageSizeExceeded = "MessageSizeExceeded"
 	ReasonForwardingRefused   = "ForwardingRefused"
+	// ReasonMaxTransferHops: one more forward would exceed MaxHops.
+	ReasonMaxTransferHops = "MaxTransferHopCountExceeded"
 )
 
 // TransferDeadLetter moves a message of dead-letter queue Queue, locked by

@@ -37,7 +37,8 @@ type EventRecord struct {
 	LockedUntil  string `json:"locked_until,omitempty"`
 	ScheduledFor string `json:"scheduled_for,omitempty"`
 	Expires      string `json:"expires,omitempty"`
-	TTL          string `json:"ttl,omitempty"` // a scheduled message's time to live from activation
+	TTL          string `json:"ttl,omitempty"`  // a scheduled message's time to live from activation
+	Hops         uint32 `json:"hops,omitempty"` // auto-forwards that brought the message here
 	// Deliveries is the message's count of failed delivery attempts after
 	// the event (the AMQP header's delivery-count), when it can be derived.
 	Deliveries  *int            `json:"deliveries,omitempty"`
@@ -153,7 +154,7 @@ func eventRecord(ev *log.Event, c eventContext) EventRecord {
 	r := EventRecord{Log: c.label, Source: source, Index: ev.Index, Time: rfc3339(ev.Time), Type: ev.Type.String(),
 		Continued: ev.Flags&log.FlagContinued != 0, Seq: seqOf(ev),
 		MessageID: ev.MessageID, SessionID: ev.SessionID, Receiver: ev.Receiver,
-		Reason: ev.Reason, Description: ev.Description, Name: ev.Name}
+		Reason: ev.Reason, Description: ev.Description, Name: ev.Name, Hops: ev.Hops}
 	if hasQueue(ev.Type) {
 		r.Queue = QueueName(ev.Queue)
 	}
@@ -236,6 +237,9 @@ func eventDetails(ev *log.Event, c eventContext) string {
 			add("session", quoteIfNeeded(ev.SessionID))
 		}
 		add("size", strconv.Itoa(len(ev.Message)))
+		if ev.Hops != 0 {
+			add("hops", strconv.FormatUint(uint64(ev.Hops), 10))
+		}
 	}
 	switch ev.Type {
 	case log.Enqueued, log.Activated, log.Forwarded, log.Restored:

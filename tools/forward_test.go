@@ -25,7 +25,7 @@ func TestToolsOnForwardedMessages(t *testing.T) {
 	if err := Replay(&out, data, ReplayOptions{Entity: "dst"}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "forwarded") || !strings.Contains(out.String(), "from=src/") ||
+	if !strings.Contains(out.String(), "forwarded") || !strings.Contains(out.String(), "from=src/") || !strings.Contains(out.String(), "hops=1") ||
 		!strings.Contains(out.String(), "reason=poison") {
 		t.Fatalf("replay of dst:\n%s", out.String())
 	}
