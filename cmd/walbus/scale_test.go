@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -155,4 +157,36 @@ func healthEntities(t *testing.T, p *proc) int {
 		t.Fatal(err)
 	}
 	return h.Entities
+}
+
+// A process that runs out of file descriptors while it creates queues (each
+// keeps its log segment open) stops with the reason and what to raise, not
+// only the failed open.
+func TestOutOfFileDescriptorsIsExplained(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [`)
+	for i := range 200 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"Name": "q%d", "Properties": {}}`, i)
+	}
+	b.WriteString(`]}], "Logging": {"Type": "File"}}}`)
+	cfg := filepath.Join(t.TempDir(), "Config.json")
+	if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The hard limit too: Go raises the soft one to it at start.
+	cmd := exec.Command("sh", "-c", `ulimit -Sn 100 && ulimit -Hn 100 && exec "$0" "$@"`, walbusBin, "serve",
+		"--data", t.TempDir(), "--amqp", "127.0.0.1:0", "--http", "", "--config", cfg)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("exit %v, want 2:\n%s", err, out)
+	}
+	for _, want := range []string{"too many open files", "out of file descriptors", "limit=100"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("output lacks %q:\n%s", want, out)
+		}
+	}
 }

@@ -352,6 +352,7 @@ func serve(args []string) int {
 		OnSnapshot: metrics.ObserveSnapshot, OnFirstDelivery: metrics.ObserveFirstDelivery})
 	if err != nil {
 		logger.Error("cannot start", "err", err)
+		fileLimitHint(logger, err)
 		if errors.Is(err, log.ErrCorrupt) {
 			logger.Error("a log is damaged where records follow: `walbus verify --data " + o.data + "` shows what reads back; " +
 				"`walbus serve --repair` starts by cutting the log at the damage, losing the records from there on")
@@ -364,6 +365,7 @@ func serve(args []string) int {
 	if o.config != "" {
 		if err := applyConfig(b, o.config, o.limits.MaxMessageSize, logger); err != nil {
 			logger.Error("bad config", "err", err)
+			fileLimitHint(logger, err)
 			b.Close()
 			return 2
 		}
@@ -452,4 +454,17 @@ func listenAMQP(o *serveOptions, srv *amqpserver.Server, logger *slog.Logger) ([
 		logger.Info("listening", "amqps", ln.Addr().String())
 	}
 	return listeners, nil
+}
+
+// fileLimitHint explains an error that ran out of file descriptors: each
+// entity keeps its open log segment, and each connection its socket, so
+// many queues need a higher limit than a shell's usual 1024.
+func fileLimitHint(logger *slog.Logger, err error) {
+	if !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) {
+		return
+	}
+	var lim syscall.Rlimit
+	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	logger.Error("out of file descriptors: walbus keeps one file open for each queue and one for each connection; "+
+		"raise the limit (ulimit -n, or LimitNOFILE= in a systemd unit)", "limit", lim.Cur)
 }
