@@ -5,9 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,18 +31,15 @@ import (
 // `make test` runs a few short rounds; `make crash` sets
 // WALBUS_CRASH_ROUNDS and WALBUS_CRASH_SECONDS for a long run.
 func TestCrashHarness(t *testing.T) {
-	rounds, perRound := envInt("WALBUS_CRASH_ROUNDS", 3), time.Duration(envInt("WALBUS_CRASH_SECONDS", 1))*time.Second
+	rounds, perRound := crashRounds(3)
+	seed := crashSeed(t)
 	cfg := writeConfig(t, "work", fmt.Sprintf(`"LockDuration": "PT%dS", "MaxDeliveryCount": 1000`, int(lockDuration.Seconds())))
 	p := startWalbus(t, t.TempDir(), "--config", cfg)
 	h := &harness{t: t, seen: map[string]delivery{}, acked: map[string]bool{}, completed: map[string]bool{},
 		completeUnknown: map[string]bool{}, history: map[string][]string{}, start: time.Now(),
 		byBroker: map[msgCopy][]brokerDelivery{}, completedAt: map[msgCopy]time.Time{},
 		seqOwner: map[int64]string{}, sendSpan: map[string][2]time.Time{}}
-	client, err := azservicebus.NewClientFromConnectionString(p.connString(), &azservicebus.ClientOptions{
-		RetryOptions: azservicebus.RetryOptions{MaxRetries: 2, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 200 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := crashClient(t, p)
 	defer client.Close(context.Background())
 
 	ctx, stopClients := context.WithCancel(context.Background())
@@ -57,14 +52,12 @@ func TestCrashHarness(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); h.receiver(ctx, client) }()
 	}
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	rng := rand.New(rand.NewPCG(seed, 1))
 	for round := range rounds {
 		time.Sleep(perRound/2 + time.Duration(rng.Int64N(int64(perRound))))
 		before := time.Now()
 		p.kill()
-		h.mu.Lock()
-		h.kills = append(h.kills, [2]time.Time{before, time.Now()})
-		h.mu.Unlock()
+		h.kills.add(before, time.Now())
 		h.note(fmt.Sprintf("round %d: killed at %.3fs", round, time.Since(h.start).Seconds()))
 		p.start()
 		h.note(fmt.Sprintf("round %d: restarted at %.3fs", round, time.Since(h.start).Seconds()))
@@ -138,8 +131,6 @@ func TestCrashHarness(t *testing.T) {
 	}
 }
 
-const lockDuration = 2 * time.Second
-
 type delivery struct {
 	seq   int64
 	count uint32
@@ -165,7 +156,7 @@ type harness struct {
 	byBroker        map[msgCopy][]brokerDelivery
 	completedAt     map[msgCopy]time.Time   // completes acknowledged, per copy
 	sendSpan        map[string][2]time.Time // when each send call started and returned
-	kills           [][2]time.Time          // each kill happened between the two times
+	kills           killLog
 	start           time.Time
 }
 
@@ -299,21 +290,7 @@ func (h *harness) sentTwiceMaybe(id string) bool {
 	if !ok {
 		return false
 	}
-	end := span[1]
-	if end.IsZero() {
-		end = time.Now()
-	}
-	for _, k := range h.kills {
-		if !span[0].After(k[1]) && !end.Before(k[0]) {
-			return true
-		}
-	}
-	return false
-}
-
-type brokerDelivery struct {
-	at    time.Time // when the broker locked it for the receiver
-	count uint32
+	return h.kills.spanned(span[0], span[1]) > 0
 }
 
 // checkDeliveries verifies, per message in the broker's order, that
@@ -322,15 +299,12 @@ type brokerDelivery struct {
 func (h *harness) checkDeliveries() {
 	for c, ds := range h.byBroker {
 		id := c.id
-		slices.SortFunc(ds, func(a, b brokerDelivery) int { return a.at.Compare(b.at) })
-		for i := 1; i < len(ds); i++ {
-			if ds[i].count < ds[i-1].count {
-				h.fail("%s delivery count went back from %d to %d", id, ds[i-1].count, ds[i].count)
-			}
+		sortDeliveries(ds)
+		if i, back := countWentBack(ds); back {
+			h.fail("%s delivery count went back from %d to %d", id, ds[i-1].count, ds[i].count)
 		}
 		if done, ok := h.completedAt[c]; ok {
-			// A small margin for the two clocks' rounding (ms in locked-until).
-			if last := ds[len(ds)-1]; last.at.After(done.Add(10 * time.Millisecond)) {
+			if last, again := deliveredAfter(ds, done); again {
 				h.fail("%s delivered again at %s, after its Complete was acknowledged at %s",
 					id, last.at.Format("15:04:05.000"), done.Format("15:04:05.000"))
 			}
@@ -352,11 +326,4 @@ func (h *harness) drain() {
 			return
 		}
 	}
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
 }

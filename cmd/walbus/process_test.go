@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -224,9 +225,23 @@ func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 // writeConfig writes an emulator Config.json with one queue.
 func writeConfig(t *testing.T, queue, props string) string {
 	t.Helper()
+	return writeConfigQueues(t, queueDef{queue, props})
+}
+
+// queueDef is a queue of a Config.json: its name and the JSON of its
+// properties, without braces.
+type queueDef struct{ name, props string }
+
+// writeConfigQueues writes an emulator Config.json with these queues.
+func writeConfigQueues(t *testing.T, queues ...queueDef) string {
+	t.Helper()
+	var list []string
+	for _, q := range queues {
+		list = append(list, fmt.Sprintf(`{"Name": %q, "Properties": {%s}}`, q.name, q.props))
+	}
 	path := filepath.Join(t.TempDir(), "Config.json")
 	body := fmt.Sprintf(`{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns",
-		"Queues": [{"Name": %q, "Properties": {%s}}], "Topics": []}], "Logging": {"Type": "File"}}}`, queue, props)
+		"Queues": [%s], "Topics": []}], "Logging": {"Type": "File"}}}`, strings.Join(list, ", "))
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
