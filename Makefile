@@ -62,12 +62,14 @@ fuzz:
 		done; \
 	done
 
-# The long crash harness: many rounds of SIGKILL under load (a few minutes).
+# The long crash tests (the harness, and the random workload of every kind of
+# state change): many rounds of SIGKILL under load (a few minutes).
+# WALBUS_CRASH_SEED=n repeats a run's choices.
 CRASH_ROUNDS  ?= 25
 CRASH_SECONDS ?= 3
 crash:
 	WALBUS_CRASH_ROUNDS=$(CRASH_ROUNDS) WALBUS_CRASH_SECONDS=$(CRASH_SECONDS) \
-		$(GO) test -count=1 -timeout 60m -run '^TestCrashHarness$$' -v ./cmd/walbus
+		$(GO) test -count=1 -timeout 60m -run '^(TestCrashHarness|TestCrashRandomWorkload)$$' -v ./cmd/walbus
 
 clean:
 	rm -rf bin
