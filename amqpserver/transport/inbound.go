@@ -209,16 +209,21 @@ func (l *Link) fail(err *frames.Error) {
 // Settle settles delivery id. On an inbound link it records the handler's
 // outcome for an incoming delivery (see Delivery.Settle). On an outbound
 // link it answers the peer's unsettled disposition with
-// disposition(role=sender, settled=true, state) (§2.6.12 mode second).
-// Settling an already settled or unknown delivery returns
-// ErrUnknownDelivery and sends nothing.
+// disposition(role=sender, settled=true, state) (§2.6.12 mode second),
+// also after the peer's detach if the peer asked for it before: the
+// detach's answer waits for the last such outcome. Settling an already
+// settled or unknown delivery returns ErrUnknownDelivery and sends
+// nothing.
 func (l *Link) Settle(id uint32, state frames.DeliveryState) error {
 	c := l.conn
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	_, owed := l.awaiting[id]
 	switch {
 	case l.state == linkPending:
 		return ErrNotAttached
+	case l.state == linkAnswering && owed && c.writable():
+		// An outcome the peer asked for before it detached.
 	case l.state != linkAttached || !c.writable():
 		return ErrLinkClosed
 	}
@@ -228,7 +233,12 @@ func (l *Link) Settle(id uint32, state frames.DeliveryState) error {
 			return ErrUnknownDelivery
 		}
 		delete(s.outUnsettled, id)
+		delete(l.awaiting, id)
 		c.appendDisposition(s.outChannel, frames.RoleSender, id, true, state)
+		if l.state == linkAnswering && len(l.awaiting) == 0 {
+			c.appendFrame(s.outChannel, &frames.Detach{Handle: l.outHandle, Closed: true})
+			c.releaseLink(l)
+		}
 		return nil
 	}
 	d, ok := s.inUnsettled[id]

@@ -12,6 +12,7 @@ const (
 	linkPending   linkState = iota // the peer's attach is in, ours is not out
 	linkAttached                   // both attaches exchanged
 	linkDetaching                  // our detach is out, the peer's awaited
+	linkAnswering                  // the peer's detach is in; ours follows the outcomes it awaits
 	linkClosed                     // gone
 )
 
@@ -51,6 +52,7 @@ type Link struct {
 	credit       uint32 // link-credit(snd)
 	drainPending bool
 	drainMode    bool
+	awaiting     map[uint32]struct{} // ids the peer disposed of unsettled: our outcome is owed
 }
 
 // Name is the link name from the peer's attach.
@@ -326,8 +328,19 @@ func (s *Session) onDetach(perf []byte) *frames.Error {
 		// detach gets its reply, and let Done tell the handler.
 		l.refuse(nil)
 	case linkAttached:
-		c.appendFrame(s.outChannel, &frames.Detach{Handle: l.outHandle, Closed: true})
 		l.err = d.Error
+		if len(l.awaiting) > 0 {
+			// The peer settled deliveries and then detached (the JS SDK
+			// closing a receiver with a completeMessage under way): their
+			// outcomes wait for durability, and a peer forgets a link's
+			// deliveries once its detach is answered, so Settle answers
+			// the detach after the last of them. The handler is told now.
+			l.state = linkAnswering
+			l.forgetDeliveries()
+			c.notifyDetached(l)
+			return nil
+		}
+		c.appendFrame(s.outChannel, &frames.Detach{Handle: l.outHandle, Closed: true})
 	}
 	c.finishLink(l, l.err)
 	return nil
@@ -336,11 +349,32 @@ func (s *Session) onDetach(perf []byte) *frames.Error {
 // finishLink ends the link for good: frees its handles, drops its
 // deliveries and queues Detached. Called with mu held.
 func (c *Conn) finishLink(l *Link, err *frames.Error) {
-	if l.state == linkClosed {
+	switch l.state {
+	case linkClosed:
+		return
+	case linkAnswering:
+		c.releaseLink(l) // the handler was told when the peer detached
 		return
 	}
 	wasPending := l.state == linkPending
+	c.releaseLink(l)
+	if l.err == nil {
+		l.err = err
+	}
 	if !wasPending {
+		c.notifyDetached(l)
+	}
+	select {
+	case <-l.done:
+	default:
+		close(l.done)
+	}
+}
+
+// releaseLink frees the link's handles and drops its deliveries. Called
+// with mu held.
+func (c *Conn) releaseLink(l *Link) {
+	if l.state != linkPending {
 		c.srv.links.Add(-1)
 	}
 	l.state = linkClosed
@@ -352,16 +386,15 @@ func (c *Conn) finishLink(l *Link, err *frames.Error) {
 		s.outLinks[l.outHandle] = nil
 	}
 	l.forgetDeliveries()
-	if l.err == nil {
-		l.err = err
-	}
+}
+
+// notifyDetached closes Done and queues the handler's Detached. Called
+// with mu held, on the reader goroutine.
+func (c *Conn) notifyDetached(l *Link) {
 	select {
 	case <-l.done:
 	default:
 		close(l.done)
-	}
-	if wasPending {
-		return
 	}
 	if l.inH != nil {
 		c.events = append(c.events, event{kind: evDetached, link: l, handler: l.inH, err: l.err})
@@ -384,9 +417,12 @@ func (l *Link) forgetDeliveries() {
 		return
 	}
 	for id, owner := range s.outUnsettled {
-		if owner == l {
+		if _, owed := l.awaiting[id]; owner == l && (!owed || l.state != linkAnswering) {
 			delete(s.outUnsettled, id)
 		}
+	}
+	if l.state != linkAnswering {
+		l.awaiting = nil
 	}
 	kept := s.queue[:0]
 	for _, q := range s.queue {

@@ -277,6 +277,12 @@ func (s *Session) peerDisposedOutgoing(id uint32, d *frames.Disposition) {
 	}
 	if d.Settled {
 		delete(s.outUnsettled, id)
+		delete(l.awaiting, id)
+	} else {
+		if l.awaiting == nil {
+			l.awaiting = make(map[uint32]struct{})
+		}
+		l.awaiting[id] = struct{}{}
 	}
 	s.conn.events = append(s.conn.events, event{kind: evDisposition, link: l, out: l.outH, id: id, state: cloneState(d.State), settled: d.Settled})
 }
