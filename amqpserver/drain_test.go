@@ -2,11 +2,13 @@ package amqpserver
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/walbus/walbus/amqpserver/frames"
+	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/index"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
@@ -176,5 +178,79 @@ func (r *frameClient) nextTransfer() {
 				return
 			}
 		}
+	}
+}
+
+// A drain is answered while the queue's log is busy making something else
+// durable. The JS SDK closes a link whose drain is not answered within
+// 200 ms (after a receiveMessages that waited out its time), and a session
+// receiver loses its session with it. Peek-lock deliveries reach the link
+// as they are locked, and a receive-and-delete link with none of its
+// deliveries waiting for durability has nothing the answer must follow;
+// the answer waited for the log's next fsync all the same (slower than
+// 200 ms on a loaded machine: JS SDK links closed, and their sessions).
+func TestDrainAnsweredWhileTheLogSyncs(t *testing.T) {
+	for _, mode := range []struct {
+		name             string
+		receiveAndDelete bool
+	}{{"peek-lock", false}, {"receive-and-delete", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			// Once armed, the queue's next fsync waits until released.
+			var armed atomic.Bool
+			entered, release := make(chan struct{}), make(chan struct{})
+			released := false
+			b, addr := startRawWith(t, Config{}, broker.Options{Fault: func(entity, op string) error {
+				if entity == "q1" && op == "sync" && armed.CompareAndSwap(true, false) {
+					close(entered)
+					<-release
+				}
+				return nil
+			}})
+			defer func() {
+				if !released {
+					close(release)
+				}
+			}()
+			e, _ := b.Entity("q1")
+			snd, err := plainConn(t, addr).NewSender(ctxT(t), "q1", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			js := dialFrames(t, addr)
+			js.attachJS(0, "js-receiver", "q1", mode.receiveAndDelete)
+			if err := e.Sync(); err != nil {
+				t.Fatal(err)
+			}
+
+			// A send whose fsync is held: the log is busy until released.
+			armed.Store(true)
+			sent := make(chan error, 1)
+			go func() { sent <- snd.Send(context.Background(), &amqp.Message{Data: [][]byte{[]byte("m")}}, nil) }()
+			<-entered
+
+			// receiveMessages(5) on the empty queue, then rhea's drain.
+			js.flow(0, 0, 5, false)
+			js.flow(0, 0, 5, true)
+			for {
+				p, _, ok := js.nextWithin(5 * time.Second)
+				if !ok {
+					t.Fatal("no answer to the drain while the queue's log syncs")
+				}
+				if fl, isFlow := p.(*frames.Flow); isFlow && fl.Drain {
+					if fl.LinkCredit.Or(1) != 0 || fl.DeliveryCount.Or(0) != 5 {
+						t.Fatalf("drain answer %+v, want delivery-count 5 and no credit", fl)
+					}
+					break
+				}
+			}
+			released = true
+			close(release)
+			if err := <-sent; err != nil {
+				t.Fatal(err)
+			}
+			// The message sent meanwhile goes to the next credit.
+			js.flow(0, 5, 1, false)
+			js.nextTransfer()
+		})
 	}
 }

@@ -83,6 +83,10 @@ type Receiver struct {
 	assigned uint64 // deliveries handed out so far
 	closed   bool
 
+	// Receive-and-delete deliveries handed out and not yet passed to
+	// Deliver: they wait for their removal to be durable.
+	undelivered atomic.Int64
+
 	session  atomic.Pointer[string] // the accepted session, readable from any goroutine
 	lostOnce sync.Once
 }
@@ -196,7 +200,8 @@ func (e *Entity) takeBack(r *Receiver, limit uint64) {
 // Drain hands the receiver whatever is available for its credit now, then
 // gives up the rest of the credit, and calls done with the total number of
 // deliveries handed out; every one of them has been passed to Deliver
-// before done runs.
+// before done runs (on the entity's goroutine when none of them waits for
+// the log).
 func (r *Receiver) Drain(done func(assigned uint64)) {
 	err := r.e.post(func(e *Entity) {
 		if !r.closed {
@@ -205,8 +210,16 @@ func (r *Receiver) Drain(done func(assigned uint64)) {
 			r.limit = r.assigned
 		}
 		assigned := r.assigned
-		// Receive-and-delete deliveries go out from the log writer once
-		// durable; a barrier puts done behind them.
+		// Peek-lock deliveries were passed to Deliver as they were locked,
+		// so done need not wait for the log (a JS client closes a link
+		// whose drain takes 200 ms, and a busy disk's fsync can take
+		// longer). Receive-and-delete deliveries go out from the log
+		// writer once durable: while some of this receiver's wait, a
+		// barrier puts done behind them.
+		if r.undelivered.Load() == 0 {
+			done(assigned)
+			return
+		}
 		if _, err := e.log.Append(nil, func(error) { done(assigned) }); err != nil {
 			done(assigned)
 		}
@@ -337,14 +350,18 @@ func (e *Entity) deliverTo(r *Receiver, max uint64) uint64 {
 		for _, d := range out {
 			r.opts.Deliver(d)
 		}
-	} else if e.commit(evs, func(err error) {
-		if err == nil {
-			for _, d := range out {
-				r.opts.Deliver(d)
+	} else {
+		r.undelivered.Add(int64(len(out)))
+		if e.commit(evs, func(err error) {
+			if err == nil {
+				for _, d := range out {
+					r.opts.Deliver(d)
+				}
 			}
+			r.undelivered.Add(-int64(len(out)))
+		}) != nil {
+			return 0 // the entity fails; undelivered stays up, so a drain waits for the log
 		}
-	}) != nil {
-		return 0
 	}
 	r.assigned += uint64(len(out))
 	return uint64(len(out))
