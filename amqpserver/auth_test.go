@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -378,3 +380,34 @@ func TestUnreadRepliesAreBounded(t *testing.T) {
 		t.Fatalf("the reply link after 200 unread responses: %v, want it detached with resource-limit-exceeded", err)
 	}
 }
+
+// syncHold makes queue q1's next fsync, once armed, wait until released:
+// what the broker decided stays not yet durable while a test acts.
+type syncHold struct {
+	armed            atomic.Bool
+	entered, release chan struct{}
+	releaseOnce      sync.Once
+}
+
+// startWithSyncHold is startRaw with a syncHold on q1; the hold is released
+// at cleanup if the test has not released it.
+func startWithSyncHold(t *testing.T) (*broker.Broker, string, *syncHold) {
+	t.Helper()
+	h := &syncHold{entered: make(chan struct{}), release: make(chan struct{})}
+	b, addr := startRawWith(t, Config{}, broker.Options{Fault: func(entity, op string) error {
+		if entity == "q1" && op == "sync" && h.armed.CompareAndSwap(true, false) {
+			close(h.entered)
+			<-h.release
+		}
+		return nil
+	}})
+	t.Cleanup(h.free)
+	return b, addr, h
+}
+
+// arm makes the next fsync of q1 wait; wait returns once it does.
+func (h *syncHold) arm()  { h.armed.Store(true) }
+func (h *syncHold) wait() { <-h.entered }
+
+// free lets the held fsync go on.
+func (h *syncHold) free() { h.releaseOnce.Do(func() { close(h.release) }) }

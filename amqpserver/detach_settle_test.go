@@ -1,13 +1,11 @@
 package amqpserver
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/walbus/walbus/amqpserver/frames"
-	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/log"
 )
 
@@ -29,15 +27,7 @@ func TestSettlementAnsweredBeforeTheDetach(t *testing.T) {
 	} {
 		t.Run(outcome.name, func(t *testing.T) {
 			// Once armed, the queue's next fsync waits until released.
-			var armed atomic.Bool
-			entered, release := make(chan struct{}), make(chan struct{})
-			b, addr := startRawWith(t, Config{}, broker.Options{Fault: func(entity, op string) error {
-				if entity == "q1" && op == "sync" && armed.CompareAndSwap(true, false) {
-					close(entered)
-					<-release
-				}
-				return nil
-			}})
+			b, addr, hold := startWithSyncHold(t)
 			e, _ := b.Entity("q1")
 			snd, err := plainConn(t, addr).NewSender(ctxT(t), "q1", nil)
 			if err != nil {
@@ -61,15 +51,15 @@ func TestSettlementAnsweredBeforeTheDetach(t *testing.T) {
 			if err := e.Sync(); err != nil { // the lock is durable: the next fsync is the settlement's
 				t.Fatal(err)
 			}
-			armed.Store(true)
+			hold.arm()
 			js.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: id, State: outcome.state}, nil)
-			<-entered // the settlement is decided, not yet durable
+			hold.wait() // the settlement is decided, not yet durable
 			js.send(0, &frames.Detach{Handle: 0, Closed: true}, nil)
 			if p, _, ok := js.nextWithin(300 * time.Millisecond); ok {
-				close(release)
+				hold.free()
 				t.Fatalf("while the settlement waits for its fsync the broker sent %T %+v", p, p)
 			}
-			close(release)
+			hold.free()
 			d := expectFrame[*frames.Disposition](js)
 			if d.First != id || !d.Settled || d.Role != frames.RoleSender {
 				t.Fatalf("disposition %+v, want the settled outcome of delivery %d", d, id)

@@ -2,13 +2,11 @@ package amqpserver
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/walbus/walbus/amqpserver/frames"
-	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/index"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/projection"
@@ -195,22 +193,7 @@ func TestDrainAnsweredWhileTheLogSyncs(t *testing.T) {
 		receiveAndDelete bool
 	}{{"peek-lock", false}, {"receive-and-delete", true}} {
 		t.Run(mode.name, func(t *testing.T) {
-			// Once armed, the queue's next fsync waits until released.
-			var armed atomic.Bool
-			entered, release := make(chan struct{}), make(chan struct{})
-			released := false
-			b, addr := startRawWith(t, Config{}, broker.Options{Fault: func(entity, op string) error {
-				if entity == "q1" && op == "sync" && armed.CompareAndSwap(true, false) {
-					close(entered)
-					<-release
-				}
-				return nil
-			}})
-			defer func() {
-				if !released {
-					close(release)
-				}
-			}()
+			b, addr, hold := startWithSyncHold(t)
 			e, _ := b.Entity("q1")
 			snd, err := plainConn(t, addr).NewSender(ctxT(t), "q1", nil)
 			if err != nil {
@@ -223,10 +206,10 @@ func TestDrainAnsweredWhileTheLogSyncs(t *testing.T) {
 			}
 
 			// A send whose fsync is held: the log is busy until released.
-			armed.Store(true)
+			hold.arm()
 			sent := make(chan error, 1)
 			go func() { sent <- snd.Send(context.Background(), &amqp.Message{Data: [][]byte{[]byte("m")}}, nil) }()
-			<-entered
+			hold.wait()
 
 			// receiveMessages(5) on the empty queue, then rhea's drain.
 			js.flow(0, 0, 5, false)
@@ -243,8 +226,7 @@ func TestDrainAnsweredWhileTheLogSyncs(t *testing.T) {
 					break
 				}
 			}
-			released = true
-			close(release)
+			hold.free()
 			if err := <-sent; err != nil {
 				t.Fatal(err)
 			}

@@ -3,13 +3,11 @@ package amqpserver
 import (
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/walbus/walbus/amqpserver/frames"
-	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/log"
 )
 
@@ -21,15 +19,7 @@ import (
 func TestReceiveAndDeleteOnAClosingLinkLosesNothing(t *testing.T) {
 	// Once armed, the queue's next fsync waits until released: the removal
 	// for the link's credit is decided but not durable while it closes.
-	var armed atomic.Bool
-	entered, release := make(chan struct{}), make(chan struct{})
-	b, addr := startRawWith(t, Config{}, broker.Options{Fault: func(entity, op string) error {
-		if entity == "q1" && op == "sync" && armed.CompareAndSwap(true, false) {
-			close(entered)
-			<-release
-		}
-		return nil
-	}})
+	b, addr, hold := startWithSyncHold(t)
 	e, _ := b.Entity("q1")
 	sess := plainConn(t, addr)
 	snd, err := sess.NewSender(ctxT(t), "q1", nil)
@@ -48,9 +38,9 @@ func TestReceiveAndDeleteOnAClosingLinkLosesNothing(t *testing.T) {
 
 	js := dialFrames(t, addr)
 	js.attachJS(0, "rad", "q1", true)
-	armed.Store(true)
+	hold.arm()
 	js.flow(0, 0, 5, false)
-	<-entered // five messages are removed, not yet durably
+	hold.wait() // five messages are removed, not yet durably
 	js.send(0, &frames.Detach{Handle: 0, Closed: true}, nil)
 	var received []string
 	for {
@@ -66,7 +56,7 @@ func TestReceiveAndDeleteOnAClosingLinkLosesNothing(t *testing.T) {
 			break
 		}
 	}
-	close(release)
+	hold.free()
 
 	// What the closed link could not send goes back (on its own time):
 	// wait until every message is accounted for, or say which are not.

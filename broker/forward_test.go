@@ -31,6 +31,13 @@ func deadLetterOne(t *testing.T, e *Entity, body string) {
 func deadLetterMessage(t *testing.T, e *Entity, m projection.Message) {
 	t.Helper()
 	sendSync(t, e, m)
+	deadLetterHead(t, e)
+}
+
+// deadLetterHead receives the message at the head of e's queue and
+// dead-letters it with reason "poison".
+func deadLetterHead(t *testing.T, e *Entity) {
+	t.Helper()
 	got := make(chan Delivery, 1)
 	r, err := e.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { got <- d }})
 	if err != nil {

@@ -118,17 +118,3 @@ func peekOne(t *testing.T, e *Entity, q uint32) Delivery {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
-
-// deadLetterHead receives the message at the head of e's queue and
-// dead-letters it.
-func deadLetterHead(t *testing.T, e *Entity) {
-	t.Helper()
-	got := make(chan Delivery, 1)
-	r, err := e.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { got <- d }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Detach(nil)
-	r.SetLimit(1)
-	settleSync(t, e, nextDelivery(t, got), Settlement{Outcome: projection.DeadLetter, Reason: "poison"})
-}

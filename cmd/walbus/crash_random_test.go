@@ -472,18 +472,7 @@ func (w *crashWorker) receiveAndSettle(queue string, dlq bool, kind string) int 
 	}
 	asked := time.Now()
 	msgs, err := receiveUpTo(r, n, wait)
-	for _, rm := range msgs {
-		c := w.l.received(w.name, queue, how, rm)
-		if c == nil {
-			w.discard(r, rm)
-			continue
-		}
-		k := kind
-		if k == "" {
-			k = w.outcome(queue, how)
-		}
-		w.settle(r, c, rm, asked, how, k)
-	}
+	w.settleAll(r, msgs, queue, how, asked, kind)
 	if err != nil {
 		pause()
 	}
@@ -501,6 +490,28 @@ type crashSettler interface {
 
 // discard completes a message that broke a promise (already reported),
 // so that it does not come back.
+// settleAll records each received message in the ledger and settles it
+// as kind ("": at random), or discards one the ledger does not take, and
+// reports whether every settlement worked.
+func (w *crashWorker) settleAll(s crashSettler, msgs []*azservicebus.ReceivedMessage, queue string, how crashHow, asked time.Time, kind string) bool {
+	ok := true
+	for _, rm := range msgs {
+		c := w.l.received(w.name, queue, how, rm)
+		if c == nil {
+			w.discard(s, rm)
+			continue
+		}
+		k := kind
+		if k == "" {
+			k = w.outcome(queue, how)
+		}
+		if w.settle(s, c, rm, asked, how, k) != nil {
+			ok = false
+		}
+	}
+	return ok
+}
+
 func (w *crashWorker) discard(s crashSettler, rm *azservicebus.ReceivedMessage) {
 	ctx, cancel := opCtx()
 	defer cancel()
@@ -576,18 +587,7 @@ func (w *crashWorker) lookUp(c *crashCopy, certain bool, kind string) {
 		pause()
 		return
 	}
-	for _, rm := range msgs {
-		cc := w.l.received(w.name, crashPlain, howBySeq, rm)
-		if cc == nil {
-			w.discard(r, rm)
-			continue
-		}
-		k := kind
-		if k == "" {
-			k = w.outcome(crashPlain, howBySeq)
-		}
-		w.settle(r, cc, rm, span.start, howBySeq, k)
-	}
+	w.settleAll(r, msgs, crashPlain, howBySeq, span.start, kind)
 }
 
 func (w *crashWorker) runReceiveAndDelete() {
@@ -670,19 +670,8 @@ func (w *crashWorker) useSession(sr *azservicebus.SessionReceiver, id string, st
 func (w *crashWorker) receiveSession(sr *azservicebus.SessionReceiver, kind string) (int, bool) {
 	asked := time.Now()
 	msgs, err := receiveUpTo(sr, 1, 150*time.Millisecond)
-	for _, rm := range msgs {
-		c := w.l.received(w.name, crashSessions, howSession, rm)
-		if c == nil {
-			w.discard(sr, rm)
-			continue
-		}
-		k := kind
-		if k == "" {
-			k = w.outcome(crashSessions, howSession)
-		}
-		if w.settle(sr, c, rm, asked, howSession, k) != nil {
-			return len(msgs), false
-		}
+	if !w.settleAll(sr, msgs, crashSessions, howSession, asked, kind) {
+		return len(msgs), false
 	}
 	return len(msgs), err == nil
 }

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,20 +23,12 @@ func TestBeyondTheEmulatorsCaps(t *testing.T) {
 		queues  = 500 // ten times the emulator's entities
 		clients = 40  // four times its connections
 	)
-	var b strings.Builder
-	b.WriteString(`{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [`)
+	var defs []queueDef
 	for i := range queues {
-		if i > 0 {
-			b.WriteString(",\n")
-		}
 		// A delivery count and a time to live the emulator refuses.
-		fmt.Fprintf(&b, `{"Name": "queue-%03d", "Properties": {"MaxDeliveryCount": 50, "DefaultMessageTimeToLive": "P3D"}}`, i)
+		defs = append(defs, queueDef{fmt.Sprintf("queue-%03d", i), `"MaxDeliveryCount": 50, "DefaultMessageTimeToLive": "P3D"`})
 	}
-	b.WriteString(`]}], "Logging": {"Type": "File"}}}`)
-	cfg := filepath.Join(t.TempDir(), "Config.json")
-	if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfigQueues(t, defs...)
 	p := startWalbus(t, t.TempDir(), "--config", cfg)
 	if n := healthEntities(t, p); n != queues {
 		t.Fatalf("/health counts %d entities, want %d", n, queues)
@@ -163,19 +153,11 @@ func healthEntities(t *testing.T, p *proc) int {
 // keeps its log segment open) stops with the reason and what to raise, not
 // only the failed open.
 func TestOutOfFileDescriptorsIsExplained(t *testing.T) {
-	var b strings.Builder
-	b.WriteString(`{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [`)
+	var defs []queueDef
 	for i := range 200 {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		fmt.Fprintf(&b, `{"Name": "q%d", "Properties": {}}`, i)
+		defs = append(defs, queueDef{fmt.Sprintf("q%d", i), ""})
 	}
-	b.WriteString(`]}], "Logging": {"Type": "File"}}}`)
-	cfg := filepath.Join(t.TempDir(), "Config.json")
-	if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfigQueues(t, defs...)
 	// The hard limit too: Go raises the soft one to it at start.
 	cmd := exec.Command("sh", "-c", `ulimit -Sn 100 && ulimit -Hn 100 && exec "$0" "$@"`, walbusBin, "serve",
 		"--data", t.TempDir(), "--amqp", "127.0.0.1:0", "--http", "", "--config", cfg)
