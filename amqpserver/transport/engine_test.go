@@ -137,15 +137,27 @@ func BenchmarkEngineInbound(b *testing.B) {
 
 // BenchmarkEngineOutbound is the engine's cost per outgoing 1 KB delivery
 // and the peer's disposition for it, without any socket.
-func BenchmarkEngineOutbound(b *testing.B) {
+func BenchmarkEngineOutbound(b *testing.B) { benchOutbound(b, false) }
+
+// BenchmarkEngineOutboundSecond is BenchmarkEngineOutbound on a link in
+// receiver-settle-mode second, as peek-lock receivers of the SDKs attach:
+// the peer's disposition is unsettled, and the handler answers it with
+// the settled outcome.
+func BenchmarkEngineOutboundSecond(b *testing.B) { benchOutbound(b, true) }
+
+func benchOutbound(b *testing.B, second bool) {
 	h := &outboundOnce{}
 	e := newEngineConn(b, h)
-	e.frame(b, 0, &frames.Attach{Name: "out", Handle: 1, Role: frames.RoleReceiver, Source: &frames.Source{Address: "q"}}, nil)
+	attach := &frames.Attach{Name: "out", Handle: 1, Role: frames.RoleReceiver, Source: &frames.Source{Address: "q"}}
+	if second {
+		attach.RcvSettleMode = frames.Some(frames.ReceiverSettleSecond)
+	}
+	e.frame(b, 0, attach, nil)
 	e.frame(b, 0, &frames.Flow{NextIncomingID: frames.Some[uint32](0), IncomingWindow: 1 << 30, OutgoingWindow: 1 << 30,
 		Handle: frames.Some[uint32](1), DeliveryCount: frames.Some[uint32](0), LinkCredit: frames.Some[uint32](1 << 31)}, nil)
 	payload := make([]byte, 1024)
 	tag := make([]byte, 16)
-	disp := &frames.Disposition{Role: frames.RoleReceiver, Settled: true, State: accepted}
+	disp := &frames.Disposition{Role: frames.RoleReceiver, Settled: !second, State: accepted}
 	buf := make([]byte, 0, 256)
 	b.ReportAllocs()
 	b.SetBytes(1024)
