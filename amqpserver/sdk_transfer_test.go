@@ -161,3 +161,56 @@ func TestSDKSessionQueueCannotForward(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Two queues whose dead-letter queues forward to each other, through the
+// Go SDK: a message dead-lettered again and again goes back and forth four
+// times, and the fifth dead-letter forward is refused: the message is in
+// the transfer dead-letter queue of the queue it would have left, with
+// DeadLetterReason MaxTransferHopCountExceeded.
+func TestSDKDeadLetterForwardingStopsAtFourHops(t *testing.T) {
+	tb := startBroker(t, nil)
+	a := projection.DefaultConfig()
+	a.ForwardDeadLetteredMessagesTo = "b"
+	createQueues(t, tb, "b", projection.DefaultConfig(), "a", a)
+	b := projection.DefaultConfig()
+	b.ForwardDeadLetteredMessagesTo = "a"
+	if err := tb.b.UpdateQueue("b", b); err != nil {
+		t.Fatal(err)
+	}
+	c := tb.client(t)
+	sendBodies(t, c, "a", "bounced")
+	receivers := map[string]*azservicebus.Receiver{}
+	for _, name := range []string{"a", "b"} {
+		r, err := c.NewReceiverForQueue(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		receivers[name] = r
+	}
+	at := "a"
+	for hop := 0; hop <= 4; hop++ {
+		m := receiveN(t, receivers[at], 1)[0]
+		if string(m.Body) != "bounced" {
+			t.Fatalf("%s gave %q", at, m.Body)
+		}
+		if err := receivers[at].DeadLetterMessage(ctxT(t), m, &azservicebus.DeadLetterOptions{Reason: to.Ptr("again")}); err != nil {
+			t.Fatal(err)
+		}
+		if hop < 4 {
+			at = map[string]string{"a": "b", "b": "a"}[at]
+		}
+	}
+	tdlq, err := c.NewReceiverForQueue(at, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueTransfer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := receiveN(t, tdlq, 1)[0]
+	if string(m.Body) != "bounced" || m.DeadLetterReason == nil || *m.DeadLetterReason != "MaxTransferHopCountExceeded" {
+		t.Fatalf("the transfer dead-letter queue of %s gave %q with reason %v", at, m.Body, m.DeadLetterReason)
+	}
+	for _, name := range []string{"a", "b"} {
+		if msgs, err := receivers[name].PeekMessages(ctxT(t), 10, &azservicebus.PeekMessagesOptions{FromSequenceNumber: to.Ptr[int64](0)}); err != nil || len(msgs) != 0 {
+			t.Fatalf("%s still holds %d messages (%v)", name, len(msgs), err)
+		}
+	}
+}

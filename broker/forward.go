@@ -196,13 +196,9 @@ func (e *Entity) forward() {
 		e.forwardFailed(fmt.Errorf("forward dead-lettered message %d: %w", seq, err))
 		return
 	}
-	fw := &projection.Forward{Source: e.id, SourceName: e.name, Seq: seq, Hops: d.Hops + 1}
-	for _, ov := range d.Overlays {
-		if ov.Type == log.DeadLettered || ov.Type == log.Forwarded {
-			fw.Reason, fw.Description = ov.Reason, ov.Description
-		}
-		fw.Props = append(fw.Props, ov.Props...)
-	}
+	ovs := foldOverlays(d.Overlays) // its dead-letter source is this entity
+	fw := &projection.Forward{Source: e.id, SourceName: e.name, Seq: seq, Hops: d.Hops + 1,
+		Reason: ovs.reason, Description: ovs.description, Props: ovs.props}
 	msg := projection.Message{Body: d.Message, MessageID: d.MessageID, SessionID: d.SessionID}
 	f.busy, f.seq, f.token, f.target = true, seq, token, cfg.ForwardDeadLetteredMessagesTo
 	f.gen++

@@ -123,21 +123,36 @@ func (e *Entity) Restore(ds []Delivery, done func(error)) {
 	})
 }
 
-// restored folds a delivery's overlays into the form a Restored record
-// keeps them in, as a forward does.
+// restored is a delivery as a Restored record keeps it, its overlays
+// folded.
 func restored(d *Delivery) projection.Restored {
-	r := projection.Restored{Seq: d.Seq, Body: d.Message, MessageID: d.MessageID, SessionID: d.SessionID,
-		Expires: d.ExpiresAt, Deliveries: d.Deliveries, Hops: d.Hops}
-	for _, ov := range d.Overlays {
+	f := foldOverlays(d.Overlays)
+	return projection.Restored{Seq: d.Seq, Body: d.Message, MessageID: d.MessageID, SessionID: d.SessionID,
+		Expires: d.ExpiresAt, Deliveries: d.Deliveries, Hops: d.Hops,
+		Source: f.source, Reason: f.reason, Description: f.description, Props: f.props}
+}
+
+// folded is what a message's overlays come to in a record that carries
+// them along (Forwarded, Restored): its latest dead-letter reason and
+// description, where it was dead-lettered if it was forwarded, and every
+// property map, oldest first.
+type folded struct {
+	reason, description, source string
+	props                       []byte
+}
+
+func foldOverlays(overlays []Overlay) folded {
+	var f folded
+	for _, ov := range overlays {
 		if ov.Type == log.DeadLettered || ov.Type == log.Forwarded || ov.Type == log.TransferDeadLettered {
-			r.Reason, r.Description = ov.Reason, ov.Description
+			f.reason, f.description = ov.Reason, ov.Description
 		}
 		if ov.Source != "" {
-			r.Source = ov.Source
+			f.source = ov.Source
 		}
-		r.Props = append(r.Props, ov.Props...)
+		f.props = append(f.props, ov.Props...)
 	}
-	return r
+	return f
 }
 
 func (e *Entity) countLockLost(err error) {
