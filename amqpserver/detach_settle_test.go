@@ -76,3 +76,104 @@ func TestSettlementAnsweredBeforeTheDetach(t *testing.T) {
 		})
 	}
 }
+
+// A client that sends a message and detaches its sender before the send is
+// acknowledged (a client closed on shutdown with sends in flight) gets the
+// send's outcome before the answer to its detach: the message is stored
+// either way, and a client that never learns so reports the send as failed
+// and sends it again. Only the unsettled transfers are owed an outcome; one
+// the client sent settled gets none.
+func TestSendAnsweredBeforeTheDetach(t *testing.T) {
+	b, addr, hold := startWithSyncHold(t)
+	e, _ := b.Entity("q1")
+	js := dialFrames(t, addr)
+	js.send(0, &frames.Attach{
+		Name: "sender", Handle: 0, Role: frames.RoleSender,
+		SndSettleMode: frames.Some(frames.SenderSettleMixed),
+		RcvSettleMode: frames.Some(frames.ReceiverSettleFirst),
+		Source:        &frames.Source{Address: "sender"},
+		Target:        &frames.Target{Address: "q1"},
+	}, nil)
+	expectFrame[*frames.Attach](js)
+	expectFrame[*frames.Flow](js) // credit
+	data := func(s string) []byte { return append([]byte{0x00, 0x53, 0x75, 0xa0, byte(len(s))}, s...) }
+	transfer := func(id uint32, settled bool, body string) {
+		js.send(0, &frames.Transfer{Handle: 0, DeliveryID: frames.Some(id), DeliveryTag: []byte{byte(id)},
+			MessageFormat: frames.Some[uint32](0), Settled: settled}, data(body))
+	}
+
+	hold.arm()
+	transfer(0, true, "settled")
+	transfer(1, false, "unsettled")
+	hold.wait() // the first of them is written, not yet durable
+	js.send(0, &frames.Detach{Handle: 0, Closed: true}, nil)
+	if p, _, ok := js.nextWithin(300 * time.Millisecond); ok {
+		hold.free()
+		t.Fatalf("while the send waits for its fsync the broker sent %T %+v", p, p)
+	}
+	hold.free()
+	for {
+		p, _ := js.next()
+		if _, ok := p.(*frames.Flow); ok {
+			continue
+		}
+		d, ok := p.(*frames.Disposition)
+		if !ok {
+			t.Fatalf("got %T %+v, want the send's outcome", p, p)
+		}
+		if _, accepted := d.State.(*frames.Accepted); d.First != 1 || d.Last.Or(1) != 1 || !d.Settled ||
+			d.Role != frames.RoleReceiver || !accepted {
+			t.Fatalf("disposition %+v, want delivery 1 settled as accepted", d)
+		}
+		break
+	}
+	if p, _ := js.next(); !isDetach(p) {
+		t.Fatalf("got %T %+v after the outcome, want the detach's answer", p, p)
+	}
+
+	peek, err := e.Peek(log.MainQueue, 1, 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(peek) != 2 {
+		t.Fatalf("the queue holds %d messages, want both", len(peek))
+	}
+}
+
+func isDetach(p frames.Performative) bool {
+	d, ok := p.(*frames.Detach)
+	return ok && d.Closed && d.Error == nil
+}
+
+// The same through go-amqp: a Sender closed while a Send waits for its
+// fsync. The Send used to fail with "link closed" although the message was
+// stored.
+func TestGoAMQPSendSucceedsWhenClosedUnderWay(t *testing.T) {
+	b, addr, hold := startWithSyncHold(t)
+	e, _ := b.Entity("q1")
+	snd, err := plainConn(t, addr).NewSender(ctxT(t), "q1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold.arm()
+	sent := make(chan error, 1)
+	go func() { sent <- snd.Send(ctxT(t), &amqp.Message{Data: [][]byte{[]byte("m")}}, nil) }()
+	hold.wait()
+	closed := make(chan error, 1)
+	go func() { closed <- snd.Close(ctxT(t)) }()
+	select {
+	case err := <-sent:
+		t.Fatalf("the send ended (%v) before its fsync", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	hold.free()
+	if err := <-sent; err != nil {
+		t.Fatalf("send: %v (the message is stored)", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if peek, err := e.Peek(log.MainQueue, 1, 10, ""); err != nil || len(peek) != 1 {
+		t.Fatalf("peek: %d messages, %v", len(peek), err)
+	}
+}

@@ -43,10 +43,10 @@ type LinkHandler interface {
 	// were exchanged, or its session or connection ended. err is the
 	// error that ended it (the peer's, the handler's Close, or the
 	// engine's), nil for a clean close. Deliveries not yet settled are
-	// forgotten; settling them returns ErrLinkClosed, except on an
-	// outbound link whose peer detached while awaiting outcomes it had
-	// asked for: Settle still sends those, and our detach follows the
-	// last of them.
+	// forgotten; settling them returns ErrLinkClosed, except those whose
+	// outcome the peer awaited when it detached (an unsettled transfer on
+	// an inbound link, an unsettled disposition on an outbound one):
+	// Settle still sends those, and our detach follows the last of them.
 	Detached(l *Link, err *frames.Error)
 }
 

@@ -235,15 +235,21 @@ func (l *Link) Settle(id uint32, state frames.DeliveryState) error {
 		delete(s.outUnsettled, id)
 		delete(l.awaiting, id)
 		c.appendDisposition(s.outChannel, frames.RoleSender, id, true, state)
-		if l.state == linkAnswering && len(l.awaiting) == 0 {
-			c.appendFrame(s.outChannel, &frames.Detach{Handle: l.outHandle, Closed: true})
-			c.releaseLink(l)
-		}
+		l.answered()
 		return nil
 	}
 	d, ok := s.inUnsettled[id]
 	if !ok || d.link != l || d.handlerSettled {
 		return ErrUnknownDelivery
+	}
+	if l.state == linkAnswering {
+		// The peer detached: the outcome goes out settled, as no
+		// settlement of its own can follow.
+		delete(s.inUnsettled, id)
+		delete(l.awaiting, id)
+		c.appendDisposition(s.outChannel, frames.RoleReceiver, id, true, state)
+		l.answered()
+		return nil
 	}
 	l.inflight--
 	switch {

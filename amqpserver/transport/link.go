@@ -52,7 +52,10 @@ type Link struct {
 	credit       uint32 // link-credit(snd)
 	drainPending bool
 	drainMode    bool
-	awaiting     map[uint32]struct{} // ids the peer disposed of unsettled: our outcome is owed
+	// awaiting holds the ids whose outcome the peer awaits: those it
+	// disposed of unsettled (outbound), and on its detach the unsettled
+	// transfers still at the handler (inbound).
+	awaiting map[uint32]struct{}
 }
 
 // Name is the link name from the peer's attach.
@@ -329,12 +332,17 @@ func (s *Session) onDetach(perf []byte) *frames.Error {
 		l.refuse(nil)
 	case linkAttached:
 		l.err = d.Error
+		if l.inbound {
+			l.owedIncoming()
+		}
 		if len(l.awaiting) > 0 {
 			// The peer settled deliveries and then detached (the JS SDK
-			// closing a receiver with a completeMessage under way): their
-			// outcomes wait for durability, and a peer forgets a link's
-			// deliveries once its detach is answered, so Settle answers
-			// the detach after the last of them. The handler is told now.
+			// closing a receiver with a completeMessage under way), or
+			// sent unsettled transfers and then detached (a sender closed
+			// with sends under way): their outcomes wait for durability,
+			// and a peer forgets a link's deliveries once its detach is
+			// answered, so Settle answers the detach after the last of
+			// them. The handler is told now.
 			l.state = linkAnswering
 			l.forgetDeliveries()
 			c.notifyDetached(l)
@@ -344,6 +352,29 @@ func (s *Session) onDetach(perf []byte) *frames.Error {
 	}
 	c.finishLink(l, l.err)
 	return nil
+}
+
+// owedIncoming records in awaiting the peer's unsettled transfers that
+// the handler has not settled yet: the outcomes the peer waits for.
+// Called with mu held.
+func (l *Link) owedIncoming() {
+	for id, d := range l.sess.inUnsettled {
+		if d.link == l && !d.handlerSettled && !d.peerSettled {
+			if l.awaiting == nil {
+				l.awaiting = make(map[uint32]struct{})
+			}
+			l.awaiting[id] = struct{}{}
+		}
+	}
+}
+
+// answered sends the detach's answer once the last owed outcome went out
+// (linkAnswering). Called with mu held.
+func (l *Link) answered() {
+	if l.state == linkAnswering && len(l.awaiting) == 0 {
+		l.conn.appendFrame(l.sess.outChannel, &frames.Detach{Handle: l.outHandle, Closed: true})
+		l.conn.releaseLink(l)
+	}
 }
 
 // finishLink ends the link for good: frees its handles, drops its
@@ -409,11 +440,14 @@ func (l *Link) forgetDeliveries() {
 	s := l.sess
 	if l.inbound {
 		for id, d := range s.inUnsettled {
-			if d.link == l {
+			if _, owed := l.awaiting[id]; d.link == l && (!owed || l.state != linkAnswering) {
 				delete(s.inUnsettled, id)
 			}
 		}
 		l.inflight = 0
+		if l.state != linkAnswering {
+			l.awaiting = nil
+		}
 		return
 	}
 	for id, owner := range s.outUnsettled {
