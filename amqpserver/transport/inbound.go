@@ -209,9 +209,10 @@ func (l *Link) fail(err *frames.Error) {
 // Settle settles delivery id. On an inbound link it records the handler's
 // outcome for an incoming delivery (see Delivery.Settle). On an outbound
 // link it answers the peer's unsettled disposition with
-// disposition(role=sender, settled=true, state) (§2.6.12 mode second),
-// also after the peer's detach if the peer asked for it before: the
-// detach's answer waits for the last such outcome. Settling an already
+// disposition(role=sender, settled=true, state) (§2.6.12 mode second).
+// Both also work after the peer's detach for the outcomes it was awaiting
+// then (its unsettled transfers, its unsettled dispositions): the
+// detach's answer waits for the last of them. Settling an already
 // settled or unknown delivery returns ErrUnknownDelivery and sends
 // nothing.
 func (l *Link) Settle(id uint32, state frames.DeliveryState) error {
