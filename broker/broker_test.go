@@ -50,6 +50,32 @@ func nextDelivery(t *testing.T, ch <-chan Delivery) Delivery {
 	}
 }
 
+// takeOne receives one message from queue q of e in receive-and-delete
+// mode and detaches, leaving the delivery to be handed back or not.
+func takeOne(t *testing.T, e *Entity, q uint32) Delivery {
+	t.Helper()
+	got := make(chan Delivery, 1)
+	rd, err := e.Attach(ReceiverOptions{Name: "rd", Queue: q, Mode: ReceiveAndDelete, Deliver: func(d Delivery) { got <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd.SetLimit(1)
+	d := nextDelivery(t, got)
+	rd.Detach(nil)
+	return d
+}
+
+// restoreSync hands d back to e (its link closed before it left) and
+// waits for the restore to be durable.
+func restoreSync(t *testing.T, e *Entity, d Delivery) {
+	t.Helper()
+	done := make(chan error, 1)
+	e.Restore([]Delivery{d}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatalf("restore %d: %v", d.Seq, err)
+	}
+}
+
 func sendSync(t *testing.T, e *Entity, msgs ...projection.Message) {
 	t.Helper()
 	ch := make(chan error, 1)

@@ -32,19 +32,11 @@ func TestRestoredMessageKeepsWhatItHad(t *testing.T) {
 	// Receive-and-delete a from the queue and b from its dead-letter
 	// queue, and hand both back.
 	for _, q := range []uint32{log.MainQueue, log.DeadLetterQueue} {
-		got := make(chan Delivery, 1)
-		rd, _ := e.Attach(ReceiverOptions{Name: "rd", Queue: q, Mode: ReceiveAndDelete, Deliver: func(d Delivery) { got <- d }})
-		rd.SetLimit(1)
-		d := nextDelivery(t, got)
-		rd.Detach(nil)
+		d := takeOne(t, e, q)
 		if ids := peekIDs(t, e, q); len(ids) != 0 {
 			t.Fatalf("queue %d holds %v after its only message was received and deleted", q, ids)
 		}
-		done := make(chan error, 1)
-		e.Restore([]Delivery{d}, func(err error) { done <- err })
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		restoreSync(t, e, d)
 	}
 
 	check := func(when string) {
@@ -88,16 +80,7 @@ func TestRestoredForwardedMessageKeepsItsSource(t *testing.T) {
 	dst, src := forwardingPair(t, b)
 	deadLetterOne(t, src, "f")
 	waitCounts(t, dst, log.MainQueue, func(c projection.Counts) bool { return c.Total == 1 })
-	got := make(chan Delivery, 1)
-	rd, _ := dst.Attach(ReceiverOptions{Name: "rd", Mode: ReceiveAndDelete, Deliver: func(d Delivery) { got <- d }})
-	rd.SetLimit(1)
-	d := nextDelivery(t, got)
-	rd.Detach(nil)
-	done := make(chan error, 1)
-	dst.Restore([]Delivery{d}, func(err error) { done <- err })
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	restoreSync(t, dst, takeOne(t, dst, log.MainQueue))
 	peek, err := dst.Peek(log.MainQueue, 1, 10, "")
 	if err != nil || len(peek) != 1 {
 		t.Fatalf("after the restore the queue holds %d messages (%v)", len(peek), err)

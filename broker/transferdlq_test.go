@@ -116,20 +116,8 @@ func TestRestoredTransferDeadLetterKeepsItsReason(t *testing.T) {
 	}
 	deadLetterOne(t, src, "longer than ten bytes")
 	waitCounts(t, src, log.TransferDeadLetterQueue, func(c projection.Counts) bool { return c.Total == 1 })
-	got := make(chan Delivery, 1)
-	rd, err := src.Attach(ReceiverOptions{Name: "rd", Queue: log.TransferDeadLetterQueue, Mode: ReceiveAndDelete,
-		Deliver: func(d Delivery) { got <- d }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd.SetLimit(1)
-	d := nextDelivery(t, got)
-	rd.Detach(nil)
-	done := make(chan error, 1)
-	src.Restore([]Delivery{d}, func(err error) { done <- err })
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	d := takeOne(t, src, log.TransferDeadLetterQueue)
+	restoreSync(t, src, d)
 	ds, err := src.Peek(log.TransferDeadLetterQueue, 1, 10, "")
 	if err != nil || len(ds) != 1 || ds[0].Seq == d.Seq {
 		t.Fatalf("the transfer dead-letter queue holds %d messages (%v)", len(ds), err)
