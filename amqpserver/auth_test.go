@@ -28,6 +28,7 @@ func startRaw(t *testing.T, cfg Config) (*broker.Broker, string) {
 func startRawWith(t *testing.T, cfg Config, opts broker.Options) (*broker.Broker, string) {
 	t.Helper()
 	opts.Dir = t.TempDir()
+	opts.NewBracket = NewBracket // as serve does
 	b, _, err := broker.Open(opts)
 	if err != nil {
 		t.Fatal(err)

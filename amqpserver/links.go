@@ -57,6 +57,7 @@ func (cs *connState) attachSender(l *transport.Link, address string) {
 		cs.refuse(l, linkError(err))
 		return
 	}
+	bindBurst(l, e)
 	if err := l.AcceptInbound(&transport.Reply{MaxMessageSize: uint64(cfg.MaxMessageSize)}, &senderLink{cs: cs, e: e, queue: queue}); err != nil {
 		cs.unguard(l)
 	}
@@ -133,6 +134,7 @@ func (cs *connState) attachReceiver(l *transport.Link, address string) {
 		filter, sessions = a.Source.Filter.Get(sessionFilterKey)
 	}
 	rl := &receiverLink{cs: cs, l: l, e: e, queue: queue, mode: mode, unsettled: make(map[uint32]log.LockToken)}
+	bindBurst(l, e)
 	r, err := e.Attach(broker.ReceiverOptions{Queue: queue, Name: l.Name(), Mode: mode, Sessions: sessions,
 		Deliver: rl.deliver, Lost: rl.lost})
 	if err != nil {
@@ -458,4 +460,16 @@ func (rl *receiverLink) Detached(l *transport.Link, _ *frames.Error) {
 	}
 	rl.cs.mu.Unlock()
 	rl.cs.unguard(l)
+}
+
+// NewBracket is the broker.Options.NewBracket that lets the links of an
+// entity write what its actor and log writer send them in one syscall per
+// connection and run (transport.Burst).
+func NewBracket() log.Bracket { return transport.NewBurst() }
+
+// bindBurst binds l to its entity's burst, if the broker has them.
+func bindBurst(l *transport.Link, e *broker.Entity) {
+	if b, ok := e.Bracket().(*transport.Burst); ok {
+		l.SetBurst(b)
+	}
 }

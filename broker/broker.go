@@ -57,6 +57,12 @@ type Options struct {
 	// OnCommit, if set, is told about every group commit of every entity
 	// log (metrics). It runs on the log's writer goroutine.
 	OnCommit func(entity string, s log.CommitStats)
+	// NewBracket, if set, gives each entity a bracket that its actor opens
+	// around every run of work and its log's writer around every group
+	// commit's callbacks (log.Options.Bracket): the Deliver and done
+	// callbacks of one run happen inside it, so their output can be
+	// gathered and written when it closes. See Entity.Bracket.
+	NewBracket func() log.Bracket
 	// OnSnapshot, if set, is told about every snapshot written.
 	OnSnapshot func(SnapshotStats)
 	// OnFirstDelivery, if set, is told how long each message waited in its
@@ -151,7 +157,7 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		return nil, rec, err
 	}
 	b.lock = lock
-	ns, rep, err := log.Open(layout.NamespaceDir(opts.Dir), b.logOptions("", nil, nil))
+	ns, rep, err := log.Open(layout.NamespaceDir(opts.Dir), b.logOptions("", nil, nil, nil))
 	if err != nil {
 		lock.Unlock()
 		return nil, rec, fmt.Errorf("open namespace log: %w", err)
@@ -252,9 +258,9 @@ func (b *Broker) removeOrphans(live map[uint64]string) error {
 	return nil
 }
 
-func (b *Broker) logOptions(entity string, onCommit func(log.CommitStats), onFail func(error)) log.Options {
+func (b *Broker) logOptions(entity string, onCommit func(log.CommitStats), onFail func(error), bracket log.Bracket) log.Options {
 	o := log.Options{Sync: b.opts.Sync, SyncInterval: b.opts.SyncInterval, SegmentSize: b.opts.SegmentSize,
-		Repair: b.opts.Repair, OnCommit: onCommit, OnFail: onFail}
+		Repair: b.opts.Repair, OnCommit: onCommit, OnFail: onFail, Bracket: bracket}
 	if b.opts.IdleCheckpoint > 0 {
 		// An idle log lets go of its tail before the idle check looks at
 		// it, so that the check finds the segment it closed.
@@ -287,8 +293,12 @@ func (b *Broker) openEntity(name string, id uint64, cfg projection.Config) (*Ent
 		quit:      make(chan struct{}),
 		done:      make(chan struct{}),
 		cache:     newBodyCache(b.opts.CacheBytes),
+		bracket:   noBracket{},
 		receivers: make(map[*Receiver]struct{}),
 		rng:       mrand.New(mrand.NewChaCha8(b.seed(id))),
+	}
+	if b.opts.NewBracket != nil {
+		e.bracket = b.opts.NewBracket()
 	}
 	if err := e.load(&rec); err != nil {
 		return nil, rec, err
@@ -356,7 +366,7 @@ func (b *Broker) reopenNamespace() error {
 		return nil
 	}
 	b.ns.Close()
-	ns, _, err := log.Open(layout.NamespaceDir(b.opts.Dir), b.logOptions("", nil, nil))
+	ns, _, err := log.Open(layout.NamespaceDir(b.opts.Dir), b.logOptions("", nil, nil, nil))
 	if err != nil {
 		return fmt.Errorf("%w (reopening the namespace log after %v)", err, failed)
 	}

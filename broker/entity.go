@@ -67,7 +67,19 @@ type Entity struct {
 	cfg atomic.Pointer[projection.Config]
 
 	closeOnce sync.Once
+
+	bracket log.Bracket // never nil
 }
+
+// noBracket is the bracket of a broker without Options.NewBracket.
+type noBracket struct{}
+
+func (noBracket) Open()  {}
+func (noBracket) Close() {}
+
+// Bracket is the entity's bracket from Options.NewBracket (a no-op
+// without one).
+func (e *Entity) Bracket() log.Bracket { return e.bracket }
 
 // snapshotState tracks when the next snapshot is due and the one being
 // written.
@@ -140,6 +152,7 @@ func (e *Entity) run() {
 	for {
 		select {
 		case f := <-e.reqs:
+			e.bracket.Open()
 			// A caller may act on an acknowledgement before the log's wake
 			// reaches us: start every batch with the current watermark.
 			e.durable = e.log.DurableIndex()
@@ -160,12 +173,14 @@ func (e *Entity) run() {
 				}
 			}
 		case <-e.wake:
+			e.bracket.Open()
 			e.durable = e.log.DurableIndex()
 		case <-e.quit:
 			e.stop()
 			return
 		}
 		e.settleDown()
+		e.bracket.Close()
 	}
 }
 

@@ -25,7 +25,7 @@ func (e *Entity) load(rec *EntityRecovery) error {
 		if b.opts.OnCommit != nil {
 			b.opts.OnCommit(e.name, s)
 		}
-	}, func(error) { wake() })) // settleDown finds the log's error
+	}, func(error) { wake() }, e.bracket)) // settleDown finds the log's error
 	if err != nil {
 		return fmt.Errorf("entity %s: %w", e.name, err)
 	}

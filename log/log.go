@@ -88,6 +88,17 @@ type Options struct {
 	// It is the fault-injection layer for tests (a full disk, a failing
 	// device); production leaves it nil.
 	Fault func(op string) error
+	// Bracket, if set, is opened on the writer goroutine before the
+	// callbacks of a group commit (or of an fsync outside one) run, once
+	// the fsync is done, and closed after them and OnCommit: whoever the
+	// callbacks hand output to can hold it until the end of the run.
+	Bracket Bracket
+}
+
+// Bracket marks the start and end of a run of callbacks.
+type Bracket interface {
+	Open()
+	Close()
 }
 
 // CommitStats describes one group commit.
@@ -566,6 +577,7 @@ func (l *Log) run() {
 		if stats.Synced {
 			lastSync = time.Now()
 		}
+		l.openBracket()
 		if err != nil {
 			l.fail(err)
 			l.release(held, l.Err())
@@ -577,6 +589,7 @@ func (l *Log) run() {
 		if l.opts.OnCommit != nil {
 			l.opts.OnCommit(stats)
 		}
+		l.closeBracket()
 		p.reset()
 		spare = p
 	}
@@ -739,6 +752,8 @@ func (l *Log) sync() (time.Duration, error) {
 func (l *Log) syncAndRelease(held *[]waiter, lastSync *time.Time) {
 	behind := l.durable.Load() != l.written.Load()
 	took, err := l.sync()
+	l.openBracket()
+	defer l.closeBracket()
 	if err != nil {
 		l.fail(err)
 		l.release(*held, l.Err())
@@ -750,6 +765,18 @@ func (l *Log) syncAndRelease(held *[]waiter, lastSync *time.Time) {
 	if behind && err == nil && l.opts.OnCommit != nil {
 		// The durable index moved: tell whoever watches commits.
 		l.opts.OnCommit(CommitStats{Sync: took, Synced: true})
+	}
+}
+
+func (l *Log) openBracket() {
+	if l.opts.Bracket != nil {
+		l.opts.Bracket.Open()
+	}
+}
+
+func (l *Log) closeBracket() {
+	if l.opts.Bracket != nil {
+		l.opts.Bracket.Close()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/walbus/walbus/amqpserver/frames"
@@ -52,6 +53,13 @@ type Conn struct {
 	deadlineAt    time.Time  // when the idle read deadline was last pushed out
 	outDrained    *sync.Cond // on mu
 	writerDead    bool
+	writing       bool   // a socket write is under way (writer or burst)
+	writerWanted  bool   // the writer was woken during a burst's write
+	burst         *Burst // the open burst the output being queued belongs to
+	burstWake     bool   // a writer wake deferred to a burst's Close
+	inlineSpare   []byte // out's next buffer after a burst's write
+	lastWrite     time.Time
+	raw           syscall.RawConn
 	sessions      []*Session // by the peer's channel
 	outChannels   []*Session // by our channel
 	sendScratch   frames.Transfer
@@ -174,6 +182,9 @@ func (c *Conn) serve() error {
 	}
 	if err := c.handshake(); err != nil {
 		return c.abort(err)
+	}
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		c.raw, _ = tc.SyscallConn()
 	}
 	go c.writeLoop()
 	if c.overLimit {

@@ -12,6 +12,15 @@
 // Conn.Close, the Accept methods) only queue frames and never block, so
 // they may be called from callbacks or from any other goroutine.
 //
+// Goroutines that produce output for many links in runs (a queue's actor,
+// its log's writer after each group commit) can bind those links to a
+// Burst and open it around each run: Send and Settle then queue without
+// waking the writers, and Close writes each touched connection's frames
+// itself, with one non-blocking write, leaving only what the socket
+// would not take to that connection's writer. The run's frames leave in
+// one syscall per connection on the thread that made them, instead of a
+// writer wake-up per connection on another.
+//
 // A link the peer attaches is inbound when the peer sends (it attached
 // as sender) and outbound when we send.
 //

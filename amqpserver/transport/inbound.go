@@ -218,7 +218,11 @@ func (l *Link) fail(err *frames.Error) {
 func (l *Link) Settle(id uint32, state frames.DeliveryState) error {
 	c := l.conn
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.enterBurst(l)
+	defer func() {
+		c.leaveBurst()
+		c.mu.Unlock()
+	}()
 	_, owed := l.awaiting[id]
 	switch {
 	case l.state == linkPending:

@@ -35,6 +35,7 @@ type Link struct {
 	rcvSecond bool // rcv-settle-mode second (§2.8.3)
 	sndMode   frames.SenderSettleMode
 	maxSize   uint64 // inbound: enforced limit; outbound: the peer's (0: none)
+	burst     *Burst // see SetBurst
 
 	// Inbound: we are the receiver (§2.6.7). Counts are 64-bit since the
 	// attach; deliveryCount is the 32-bit wire value.

@@ -20,7 +20,11 @@ const maxDeliveryTag = 32
 func (l *Link) Send(tag []byte, messageFormat uint32, payload []byte, settled bool) (uint32, error) {
 	c := l.conn
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.enterBurst(l)
+	defer func() {
+		c.leaveBurst()
+		c.mu.Unlock()
+	}()
 	switch {
 	case l.inbound:
 		return 0, ErrWrongRole

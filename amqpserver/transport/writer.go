@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/walbus/walbus/amqpserver/frames"
@@ -24,24 +25,34 @@ func (c *Conn) writeLoop() {
 		tick = t.C
 	}
 	spare := make([]byte, 0, initialReadBuffer)
-	lastWrite := time.Now()
+	c.mu.Lock()
+	c.lastWrite = time.Now()
+	c.mu.Unlock()
 	for {
 		stopping := false
 		select {
 		case <-c.wake:
 		case now := <-tick:
-			if now.Sub(lastWrite) >= c.heartbeat {
-				c.mu.Lock()
-				if c.state == stateOpen && len(c.out) == 0 {
-					c.out = frames.AppendEmptyFrame(c.out)
-				}
-				c.mu.Unlock()
+			c.mu.Lock()
+			if now.Sub(c.lastWrite) >= c.heartbeat && c.state == stateOpen && len(c.out) == 0 {
+				c.out = frames.AppendEmptyFrame(c.out)
 			}
+			c.mu.Unlock()
 		case <-c.stop:
 			stopping = true
 		}
 		for {
 			c.mu.Lock()
+			if c.writing {
+				// A burst is writing; it wakes us for what is left.
+				c.writerWanted = true
+				c.mu.Unlock()
+				if stopping {
+					runtime.Gosched()
+					continue
+				}
+				break
+			}
 			buf := c.out
 			c.out = spare[:0]
 			c.run.reset()
@@ -49,19 +60,25 @@ func (c *Conn) writeLoop() {
 				c.outWaiting = false
 				c.outDrained.Broadcast()
 			}
-			c.mu.Unlock()
 			if len(buf) == 0 {
 				spare = buf
+				c.mu.Unlock()
 				break
 			}
+			c.writing = true
+			c.mu.Unlock()
 			if c.cfg.WriteTimeout > 0 {
 				_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 			}
-			if _, err := c.nc.Write(buf); err != nil {
+			_, err := c.nc.Write(buf)
+			c.mu.Lock()
+			c.writing = false
+			c.lastWrite = time.Now()
+			c.mu.Unlock()
+			if err != nil {
 				c.writeFailed()
 				return
 			}
-			lastWrite = time.Now()
 			spare = buf[:0]
 			if cap(spare) > maxIdleSpare {
 				spare = nil
@@ -91,6 +108,9 @@ func (c *Conn) writeFailed() {
 func (c *Conn) wakeWriter() {
 	if c.readerBusy {
 		c.wakeHeld = true
+		return
+	}
+	if c.holdForBurst() {
 		return
 	}
 	select {

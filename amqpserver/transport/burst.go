@@ -1,0 +1,176 @@
+package transport
+
+import (
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A Burst gathers the output that goroutines outside the connections (a
+// queue's actor, its log's writer) produce for many links in one run of
+// work, and writes it when the run ends. Inside an open burst, Link.Send and
+// Link.Settle on links bound to it (Link.SetBurst) queue their frames
+// without waking the connection's writer; Close then writes each touched
+// connection's output itself with one non-blocking write, handing only
+// what the socket would not take to the writer. The frames of one run
+// leave in one syscall per connection, and on the goroutine that already
+// runs: no writer wake-up, no hand-off to another thread.
+//
+// Open and Close nest and may come from several goroutines: the output is
+// written when the last open run closes. A Burst that is not open changes
+// nothing.
+type Burst struct {
+	mu    sync.Mutex
+	depth int
+	held  []*Conn
+	spare []*Conn
+}
+
+// testHookBurstWrote, if set, runs after a burst's write, before the
+// connection is locked again (tests).
+var testHookBurstWrote func()
+
+// NewBurst returns a closed burst.
+func NewBurst() *Burst { return &Burst{} }
+
+// Open begins a run of work.
+func (b *Burst) Open() {
+	b.mu.Lock()
+	b.depth++
+	b.mu.Unlock()
+}
+
+// Close ends a run; the last one to end writes what the runs queued.
+func (b *Burst) Close() {
+	b.mu.Lock()
+	b.depth--
+	if len(b.held) == 0 {
+		b.mu.Unlock()
+		return
+	}
+	held := b.held
+	b.held, b.spare = b.spare[:0], nil
+	b.mu.Unlock()
+	for i, c := range held {
+		c.flushBurst()
+		held[i] = nil
+	}
+	b.mu.Lock()
+	if b.spare == nil {
+		b.spare = held[:0]
+	}
+	b.mu.Unlock()
+}
+
+// hold registers c's deferred wake; false when no run is open, so the
+// caller wakes the writer as usual. Called with c.mu held.
+func (b *Burst) hold(c *Conn) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.depth == 0 {
+		return false
+	}
+	b.held = append(b.held, c)
+	return true
+}
+
+// SetBurst binds the link to b (nil unbinds): output of its Send and
+// Settle calls made while b is open waits for b's Close.
+func (l *Link) SetBurst(b *Burst) {
+	c := l.conn
+	c.mu.Lock()
+	l.burst = b
+	c.mu.Unlock()
+}
+
+// enterBurst makes the writer wakes of the caller's output go to l's
+// burst; leaveBurst ends that. Called with mu held.
+func (c *Conn) enterBurst(l *Link) { c.burst = l.burst }
+func (c *Conn) leaveBurst()        { c.burst = nil }
+
+// holdForBurst defers a writer wake to the open burst the current output
+// belongs to, if any. Called with mu held.
+func (c *Conn) holdForBurst() bool {
+	if c.burst == nil {
+		return false
+	}
+	if c.burstWake {
+		return true
+	}
+	if !c.burst.hold(c) {
+		return false
+	}
+	c.burstWake = true
+	return true
+}
+
+// flushBurst writes what a closed burst left queued: at once, with one
+// non-blocking write, when no other write is under way; the writer takes
+// the rest.
+func (c *Conn) flushBurst() {
+	c.mu.Lock()
+	if !c.burstWake {
+		c.mu.Unlock()
+		return
+	}
+	c.burstWake = false
+	if c.raw == nil || c.writing || c.readerBusy || len(c.out) == 0 || c.writerDead {
+		c.wakeWriter()
+		c.mu.Unlock()
+		return
+	}
+	buf := c.out
+	c.out = c.inlineSpare[:0]
+	c.inlineSpare = nil
+	c.run.reset()
+	c.writing = true
+	c.mu.Unlock()
+
+	n := c.tryWrite(buf)
+	if testHookBurstWrote != nil {
+		testHookBurstWrote()
+	}
+
+	c.mu.Lock()
+	c.writing = false
+	if n > 0 {
+		c.lastWrite = time.Now()
+	}
+	if n < len(buf) {
+		// The rest goes first, ahead of anything queued meanwhile.
+		rest := make([]byte, 0, len(buf)-n+len(c.out))
+		rest = append(append(rest, buf[n:]...), c.out...)
+		c.out = rest
+		c.run.reset()
+	} else if cap(buf) <= maxIdleSpare {
+		c.inlineSpare = buf[:0]
+	}
+	if c.outWaiting && len(c.out) <= outHighWater {
+		c.outWaiting = false
+		c.outDrained.Broadcast()
+	}
+	if len(c.out) > 0 || c.writerWanted {
+		c.writerWanted = false
+		c.wakeWriter()
+	}
+	c.mu.Unlock()
+}
+
+// tryWrite writes buf with non-blocking writes until the socket takes no
+// more and returns how much it took; errors are left for the writer to
+// find. It goes round the poller (Control, not RawConn.Write), so a write
+// deadline the writer set for a write long finished does not refuse it;
+// the writer and a burst never write at once (writing).
+func (c *Conn) tryWrite(buf []byte) int {
+	var n int
+	_ = c.raw.Control(func(fd uintptr) {
+		for n < len(buf) {
+			m, err := syscall.Write(int(fd), buf[n:])
+			if m <= 0 || err != nil {
+				return
+			}
+			n += m
+		}
+	})
+	return n
+}
