@@ -11,14 +11,15 @@ import (
 // work, and writes it when the run ends. Inside an open burst, Link.Send and
 // Link.Settle on links bound to it (Link.SetBurst) queue their frames
 // without waking the connection's writer; Close then writes each touched
-// connection's output itself with one non-blocking write, handing only
-// what the socket would not take to the writer. The frames of one run
-// leave in one syscall per connection, and on the goroutine that already
-// runs: no writer wake-up, no hand-off to another thread.
+// connection's output itself, without blocking, handing only what the
+// socket would not take to the writer. The frames of one run leave in one
+// syscall per connection, and on the goroutine that already runs: no
+// writer wake-up, no hand-off to another thread.
 //
-// Open and Close nest and may come from several goroutines: the output is
-// written when the last open run closes. A Burst that is not open changes
-// nothing.
+// Runs may be open on several goroutines at once. Each Close writes
+// everything queued so far, so output never waits for a run other than
+// the one it was made in (or one open at the same time) to end. A Burst
+// with no run open changes nothing.
 type Burst struct {
 	mu    sync.Mutex
 	depth int
@@ -40,7 +41,7 @@ func (b *Burst) Open() {
 	b.mu.Unlock()
 }
 
-// Close ends a run; the last one to end writes what the runs queued.
+// Close ends a run and writes what the open runs have queued.
 func (b *Burst) Close() {
 	b.mu.Lock()
 	b.depth--
@@ -136,13 +137,16 @@ func (c *Conn) flushBurst() {
 	if n > 0 {
 		c.lastWrite = time.Now()
 	}
-	if n < len(buf) {
+	switch {
+	case n < len(buf) && len(c.out) == 0:
+		c.out = buf[n:]
+	case n < len(buf):
 		// The rest goes first, ahead of anything queued meanwhile.
 		rest := make([]byte, 0, len(buf)-n+len(c.out))
 		rest = append(append(rest, buf[n:]...), c.out...)
 		c.out = rest
 		c.run.reset()
-	} else if cap(buf) <= maxIdleSpare {
+	case cap(buf) <= maxIdleSpare:
 		c.inlineSpare = buf[:0]
 	}
 	if c.outWaiting && len(c.out) <= outHighWater {
