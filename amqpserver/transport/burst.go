@@ -153,8 +153,7 @@ func (c *Conn) flushBurst() {
 		c.outWaiting = false
 		c.outDrained.Broadcast()
 	}
-	if len(c.out) > 0 || c.writerWanted {
-		c.writerWanted = false
+	if len(c.out) > 0 {
 		c.wakeWriter()
 	}
 	c.mu.Unlock()

@@ -56,6 +56,18 @@ func TestBurstLargerThanTheSocketArrivesInOrder(t *testing.T) {
 	}
 }
 
+// writerIdle waits until c's writer has nothing queued, under way or
+// about to start: what is queued next leaves only when something wakes it.
+// (The writer writes whatever out holds when it runs, held output too.)
+func writerIdle(t *testing.T, c *Conn) {
+	t.Helper()
+	waitUntil(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return !c.writing && len(c.out) == 0 && len(c.wake) == 0
+	})
+}
+
 // quiet requires that nothing arrives for a while.
 func (r *rawClient) quiet(what string) {
 	r.t.Helper()
@@ -89,6 +101,7 @@ func TestBurstHoldsOutputUntilItsRunCloses(t *testing.T) {
 		Handle: frames.Some[uint32](0), DeliveryCount: frames.Some[uint32](0), LinkCredit: frames.Some[uint32](10)}, nil)
 	waitUntil(t, func() bool { return o.l.Credit().Limit == 10 })
 
+	writerIdle(t, o.l.conn)
 	b.Open() // one run: the actor's, say
 	b.Open() // another: the log writer's
 	o.push([]byte("one"), []byte("two"))
@@ -110,6 +123,7 @@ func TestBurstHoldsOutputUntilItsRunCloses(t *testing.T) {
 		t.Fatal("no delivery")
 	}
 	d.Link.SetBurst(b)
+	writerIdle(t, d.Link.conn)
 	if err := d.Settle(&frames.Accepted{}); err != nil { // the second run is still open
 		t.Fatal(err)
 	}

@@ -54,7 +54,6 @@ type Conn struct {
 	outDrained    *sync.Cond // on mu
 	writerDead    bool
 	writing       bool   // a socket write is under way (writer or burst)
-	writerWanted  bool   // the writer was woken during a burst's write
 	burst         *Burst // the open burst the output being queued belongs to
 	burstWake     bool   // a writer wake deferred to a burst's Close
 	inlineSpare   []byte // out's next buffer after a burst's write
@@ -186,6 +185,7 @@ func (c *Conn) serve() error {
 	if tc, ok := c.nc.(*net.TCPConn); ok {
 		c.raw, _ = tc.SyscallConn()
 	}
+	c.lastWrite = time.Now() // the handshake's
 	go c.writeLoop()
 	if c.overLimit {
 		c.Close(newError(CondResourceLimit, "too many connections"))

@@ -11,9 +11,10 @@ import (
 // a bigger one (after a huge message) is dropped to return the memory.
 const maxIdleSpare = 4 << 20
 
-// writeLoop is the connection's only socket writer. Producers append whole
-// frames to c.out under mu and wake it; it swaps the buffer out and writes
-// everything queued with one call, so a burst of frames costs one syscall.
+// writeLoop is the connection's writer. Producers append whole frames to
+// c.out under mu and wake it; it swaps the buffer out and writes everything
+// queued with one call, so a burst of frames costs one syscall. A Burst's
+// Close may write instead (flushBurst), never at the same time (writing).
 func (c *Conn) writeLoop() {
 	defer close(c.writerDone)
 	var tick <-chan time.Time
@@ -25,9 +26,6 @@ func (c *Conn) writeLoop() {
 		tick = t.C
 	}
 	spare := make([]byte, 0, initialReadBuffer)
-	c.mu.Lock()
-	c.lastWrite = time.Now()
-	c.mu.Unlock()
 	for {
 		stopping := false
 		select {
@@ -41,51 +39,60 @@ func (c *Conn) writeLoop() {
 		case <-c.stop:
 			stopping = true
 		}
-		for {
-			c.mu.Lock()
-			if c.writing {
-				// A burst is writing; it wakes us for what is left.
-				c.writerWanted = true
-				c.mu.Unlock()
-				if stopping {
-					runtime.Gosched()
-					continue
-				}
-				break
-			}
-			buf := c.out
-			c.out = spare[:0]
-			c.run.reset()
-			if c.outWaiting {
-				c.outWaiting = false
-				c.outDrained.Broadcast()
-			}
-			if len(buf) == 0 {
-				spare = buf
-				c.mu.Unlock()
-				break
-			}
-			c.writing = true
-			c.mu.Unlock()
-			if c.cfg.WriteTimeout > 0 {
-				_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
-			}
-			_, err := c.nc.Write(buf)
-			c.mu.Lock()
-			c.writing = false
-			c.lastWrite = time.Now()
-			c.mu.Unlock()
-			if err != nil {
-				c.writeFailed()
-				return
-			}
-			spare = buf[:0]
-			if cap(spare) > maxIdleSpare {
-				spare = nil
-			}
+		var ok bool
+		if spare, ok = c.writeQueued(spare, stopping); !ok {
+			return
 		}
 		if stopping {
 			return
+		}
+	}
+}
+
+// writeQueued writes what out holds until it is empty, trading buffers
+// with spare, and returns the spare; false once a write failed. From the
+// end of one write to the look at out for the next, mu stays held.
+func (c *Conn) writeQueued(spare []byte, stopping bool) ([]byte, bool) {
+	c.mu.Lock()
+	for {
+		if c.writing {
+			// A burst is writing; it wakes us if anything is left.
+			c.mu.Unlock()
+			if !stopping {
+				return spare, true
+			}
+			runtime.Gosched()
+			c.mu.Lock()
+			continue
+		}
+		buf := c.out
+		c.out = spare[:0]
+		c.run.reset()
+		if c.outWaiting {
+			c.outWaiting = false
+			c.outDrained.Broadcast()
+		}
+		if len(buf) == 0 {
+			c.mu.Unlock()
+			return buf, true
+		}
+		c.writing = true
+		c.mu.Unlock()
+		if c.cfg.WriteTimeout > 0 {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+		}
+		_, err := c.nc.Write(buf)
+		c.mu.Lock()
+		c.writing = false
+		c.lastWrite = time.Now()
+		if err != nil {
+			c.mu.Unlock()
+			c.writeFailed()
+			return nil, false
+		}
+		spare = buf[:0]
+		if cap(spare) > maxIdleSpare {
+			spare = nil
 		}
 	}
 }
@@ -104,13 +111,14 @@ func (c *Conn) writeFailed() {
 // wakeWriter tells the writer that out has frames. While the reader is
 // working through input it already has, the wake is held back until it
 // is about to block (see releaseWriter): the frames that input causes
-// then leave in one write instead of one each. Called with mu held.
+// then leave in one write instead of one each. Output made in a Burst's
+// run waits for that run's Close instead. Called with mu held.
 func (c *Conn) wakeWriter() {
-	if c.readerBusy {
-		c.wakeHeld = true
+	if c.holdForBurst() {
 		return
 	}
-	if c.holdForBurst() {
+	if c.readerBusy {
+		c.wakeHeld = true
 		return
 	}
 	select {
