@@ -15,9 +15,10 @@ import (
 // FuzzManagementRequest feeds request messages to the $management nodes
 // of a real broker (a plain queue, and a session queue with a session
 // held) and to $cbs. Whatever the bytes, the request is refused at
-// decoding or gets exactly one reply of the kind the SDKs read (a failure
-// carries a condition, a success none) that encodes and reads back, and
-// nothing panics or hangs. The seeds are well-formed requests for every
+// decoding or gets a reply within 10 s, and no second one while the
+// other nodes are asked, of the kind the SDKs read (a failure carries a
+// condition, a success none), which encodes and reads back; nothing
+// panics or hangs. The seeds are well-formed requests for every
 // operation, so `make test` runs each of them once.
 func FuzzManagementRequest(f *testing.F) {
 	for _, seed := range managementSeeds() {
@@ -36,11 +37,12 @@ func FuzzManagementRequest(f *testing.F) {
 		if err != nil {
 			return // refused with amqp:decode-error, as Deliver does
 		}
-		for _, tgt := range targets {
-			replies := make(chan rpcResponse, 2)
-			tgt.handle(&req, func(r rpcResponse) { replies <- r })
+		replies := make([]chan rpcResponse, len(targets))
+		for i, tgt := range targets {
+			replies[i] = make(chan rpcResponse, 2)
+			tgt.handle(&req, func(r rpcResponse) { replies[i] <- r })
 			select {
-			case resp := <-replies:
+			case resp := <-replies[i]:
 				checkReply(t, tgt.path, &req, resp)
 			case <-time.After(10 * time.Second):
 				t.Fatalf("%s: no reply to %q", tgt.path, req.prop("operation"))
@@ -48,6 +50,13 @@ func FuzzManagementRequest(f *testing.F) {
 		}
 		var cs claims
 		checkReply(t, "$cbs", &req, putToken(&req, keys, b, &cs, time.Now()))
+		for i, ch := range replies {
+			select {
+			case r := <-ch:
+				t.Fatalf("%s: a second reply to %q: %d %s", targets[i].path, req.prop("operation"), r.status, r.description)
+			default:
+			}
+		}
 	})
 }
 
