@@ -177,3 +177,72 @@ func TestSDKRequestsRightAfterAcceptingASessionAreAboutIt(t *testing.T) {
 		}
 	}
 }
+
+// The dead-letter queue of a session queue takes no sessions: a plain
+// receiver gets what session receivers dead-lettered, by hand and past
+// MaxDeliveryCount, with their SessionId and reason, and no
+// DeadLetterSource (that names a queue a message was forwarded from).
+func TestSDKSessionQueueDeadLetters(t *testing.T) {
+	cfg := sessionQueue()
+	cfg.MaxDeliveryCount = 2
+	tb := startBroker(t, map[string]projection.Config{"sq": cfg})
+	c := tb.client(t)
+	sendToSession(t, c, "sq", "s1", "poison", "bad")
+
+	r, err := c.AcceptSessionForQueue(ctxT(t), "sq", "s1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for delivery := 1; delivery <= 2; delivery++ {
+		msgs, err := r.ReceiveMessages(ctxT(t), 1, nil)
+		if err != nil || len(msgs) != 1 || string(msgs[0].Body) != "poison" {
+			t.Fatalf("delivery %d: %v %v", delivery, msgs, err)
+		}
+		if err := r.AbandonMessage(ctxT(t), msgs[0], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs, err := r.ReceiveMessages(ctxT(t), 1, nil)
+	if err != nil || len(msgs) != 1 || string(msgs[0].Body) != "bad" {
+		t.Fatalf("after two abandons: %v %v", msgs, err)
+	}
+	if err := r.DeadLetterMessage(ctxT(t), msgs[0], &azservicebus.DeadLetterOptions{Reason: to.Ptr("BadInput")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	dlq, err := c.NewReceiverForQueue("sq", &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]string{}
+	for len(reasons) < 2 {
+		msgs, err := dlq.ReceiveMessages(ctxT(t), 2, nil)
+		if err != nil {
+			t.Fatalf("receive from the dead-letter queue: %v", err)
+		}
+		for _, m := range msgs {
+			if m.SessionID == nil || *m.SessionID != "s1" || m.DeadLetterSource != nil {
+				t.Fatalf("%q: session %v, source %v", m.Body, m.SessionID, m.DeadLetterSource)
+			}
+			reasons[string(m.Body)] = *m.DeadLetterReason
+			if err := dlq.CompleteMessage(ctxT(t), m, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if reasons["poison"] != "MaxDeliveryCountExceeded" || reasons["bad"] != "BadInput" {
+		t.Fatalf("reasons %v", reasons)
+	}
+	// Nothing is left in either place.
+	if left, err := dlq.PeekMessages(ctxT(t), 10, nil); err != nil || len(left) != 0 {
+		t.Fatalf("dead-letter queue after completing both: %d, %v", len(left), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := c.AcceptNextSessionForQueue(ctx, "sq", nil); sbCode(err) != azservicebus.CodeTimeout {
+		t.Fatalf("a session is left: %v", err)
+	}
+}

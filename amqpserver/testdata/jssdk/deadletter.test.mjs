@@ -1,5 +1,6 @@
 // The dead-letter subqueue: receive, peek, complete, abandon; and
-// MaxDeliveryCountExceeded once a message has been delivered too often.
+// MaxDeliveryCountExceeded once a message has been delivered too often;
+// a session queue's dead-letter queue takes plain receivers.
 
 import assert from "node:assert/strict";
 import { brokerSuite, receiveAll } from "./harness.mjs";
@@ -8,6 +9,7 @@ const { broker, test } = brokerSuite({
   dlq: {},
   maxdelivery: { MaxDeliveryCount: 2 },
   dlqfirst: {},
+  sessiondlq: { RequiresSession: true, MaxDeliveryCount: 2 },
 });
 
 test("the dead-letter subqueue can be peeked, received, abandoned and completed", async () => {
@@ -75,4 +77,30 @@ test("the dead-letter subqueue can be received from as the first operation on a 
   const [d] = await dlq.receiveMessages(1, { maxWaitTimeInMs: 10_000 });
   assert.equal(d?.messageId, "dlqfirst-1");
   await dlq.completeMessage(d);
+});
+
+test("a session queue's dead-letter queue is received without sessions", async () => {
+  const client = broker.client();
+  await client.createSender("sessiondlq").sendMessages([
+    { body: "poison", messageId: "sdlq-1", sessionId: "s1" },
+    { body: "bad", messageId: "sdlq-2", sessionId: "s1" },
+  ]);
+  const session = await client.acceptSession("sessiondlq", "s1");
+  for (let i = 0; i < 2; i++) {
+    const [m] = await session.receiveMessages(1, { maxWaitTimeInMs: 10_000 });
+    assert.equal(m?.messageId, "sdlq-1", `delivery ${i + 1}`);
+    await session.abandonMessage(m);
+  }
+  const [bad] = await session.receiveMessages(1, { maxWaitTimeInMs: 10_000 });
+  assert.equal(bad?.messageId, "sdlq-2", "the poison message is gone after two deliveries");
+  await session.deadLetterMessage(bad, { deadLetterReason: "BadInput" });
+  await session.close();
+
+  const dlq = client.createReceiver("sessiondlq", { subQueueType: "deadLetter" });
+  const got = await receiveAll(dlq, 2);
+  assert.deepEqual(got.map((m) => m.messageId), ["sdlq-1", "sdlq-2"]);
+  assert.deepEqual(got.map((m) => m.sessionId), ["s1", "s1"]);
+  assert.deepEqual(got.map((m) => m.deadLetterReason), ["MaxDeliveryCountExceeded", "BadInput"]);
+  for (const m of got) await dlq.completeMessage(m);
+  assert.deepEqual(await dlq.peekMessages(10), [], "DLQ is empty after complete");
 });
