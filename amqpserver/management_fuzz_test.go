@@ -167,7 +167,8 @@ func fuzzMessage(id string) []byte {
 }
 
 // encodeRequest is a request as the SDKs send it: message-id, reply-to,
-// the operation (and link) in application properties, a map body.
+// the operation (and link) in application properties, and the body, if
+// not nil, as an amqp-value.
 func encodeRequest(props encoding.Map, body any) []byte {
 	b := message.AppendProperties(nil, &message.Properties{MessageID: message.StringID("req-1"), ReplyTo: []byte("replies")})
 	b = encoding.AppendDescriptor(b, message.CodeApplicationProperties)

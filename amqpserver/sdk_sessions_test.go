@@ -224,8 +224,8 @@ func TestSDKSessionQueueDeadLetters(t *testing.T) {
 			t.Fatalf("receive from the dead-letter queue: %v", err)
 		}
 		for _, m := range msgs {
-			if m.SessionID == nil || *m.SessionID != "s1" || m.DeadLetterSource != nil {
-				t.Fatalf("%q: session %v, source %v", m.Body, m.SessionID, m.DeadLetterSource)
+			if m.SessionID == nil || *m.SessionID != "s1" || m.DeadLetterSource != nil || m.DeadLetterReason == nil {
+				t.Fatalf("%q: session %v, source %v, reason %v", m.Body, m.SessionID, m.DeadLetterSource, m.DeadLetterReason)
 			}
 			reasons[string(m.Body)] = *m.DeadLetterReason
 			if err := dlq.CompleteMessage(ctxT(t), m, nil); err != nil {
