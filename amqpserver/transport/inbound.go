@@ -234,7 +234,7 @@ func (l *Link) Settle(id uint32, state frames.DeliveryState) error {
 	}
 	s := l.sess
 	if !l.inbound {
-		if s.outUnsettled[id] != l {
+		if s.outUnsettled[id].link != l {
 			return ErrUnknownDelivery
 		}
 		delete(s.outUnsettled, id)

@@ -53,9 +53,8 @@ type Link struct {
 	credit       uint32 // link-credit(snd)
 	drainPending bool
 	drainMode    bool
-	// awaiting holds the ids whose outcome the peer awaits: those it
-	// disposed of unsettled (outbound), and on its detach the unsettled
-	// transfers still at the handler (inbound).
+	// awaiting holds, from the peer's detach on (see owed), the ids whose
+	// outcome it still awaits; Settle answers the detach after the last.
 	awaiting map[uint32]struct{}
 }
 
@@ -333,9 +332,7 @@ func (s *Session) onDetach(perf []byte) *frames.Error {
 		l.refuse(nil)
 	case linkAttached:
 		l.err = d.Error
-		if l.inbound {
-			l.owedIncoming()
-		}
+		l.owed()
 		if len(l.awaiting) > 0 {
 			// The peer settled deliveries and then detached (the JS SDK
 			// closing a receiver with a completeMessage under way), or
@@ -355,16 +352,28 @@ func (s *Session) onDetach(perf []byte) *frames.Error {
 	return nil
 }
 
-// owedIncoming records in awaiting the peer's unsettled transfers that
-// the handler has not settled yet: the outcomes the peer waits for.
-// Called with mu held.
-func (l *Link) owedIncoming() {
-	for id, d := range l.sess.inUnsettled {
-		if d.link == l && !d.handlerSettled && !d.peerSettled {
-			if l.awaiting == nil {
-				l.awaiting = make(map[uint32]struct{})
+// owed records in awaiting the outcomes the peer waits for as it
+// detaches: on an inbound link its unsettled transfers the handler has
+// not settled yet, on an outbound one the deliveries it disposed of
+// unsettled. Called with mu held.
+func (l *Link) owed() {
+	await := func(id uint32) {
+		if l.awaiting == nil {
+			l.awaiting = make(map[uint32]struct{})
+		}
+		l.awaiting[id] = struct{}{}
+	}
+	if l.inbound {
+		for id, d := range l.sess.inUnsettled {
+			if d.link == l && !d.handlerSettled && !d.peerSettled {
+				await(id)
 			}
-			l.awaiting[id] = struct{}{}
+		}
+		return
+	}
+	for id, od := range l.sess.outUnsettled {
+		if od.link == l && od.awaited {
+			await(id)
 		}
 	}
 }
@@ -451,8 +460,8 @@ func (l *Link) forgetDeliveries() {
 		}
 		return
 	}
-	for id, owner := range s.outUnsettled {
-		if _, owed := l.awaiting[id]; owner == l && (!owed || l.state != linkAnswering) {
+	for id, od := range s.outUnsettled {
+		if _, owed := l.awaiting[id]; od.link == l && (!owed || l.state != linkAnswering) {
 			delete(s.outUnsettled, id)
 		}
 	}

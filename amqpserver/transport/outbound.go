@@ -48,7 +48,7 @@ func (l *Link) Send(tag []byte, messageFormat uint32, payload []byte, settled bo
 	l.credit--
 	l.sent++
 	if !settled {
-		s.outUnsettled[id] = l
+		s.outUnsettled[id] = outDelivery{link: l}
 	}
 	t := &c.sendScratch
 	*t = frames.Transfer{
@@ -275,18 +275,15 @@ func (s *Session) onDisposition(perf []byte) *frames.Error {
 }
 
 func (s *Session) peerDisposedOutgoing(id uint32, d *frames.Disposition) {
-	l, ok := s.outUnsettled[id]
+	od, ok := s.outUnsettled[id]
+	l := od.link
 	if !ok || l.state != linkAttached {
 		return
 	}
 	if d.Settled {
 		delete(s.outUnsettled, id)
-		delete(l.awaiting, id)
-	} else {
-		if l.awaiting == nil {
-			l.awaiting = make(map[uint32]struct{})
-		}
-		l.awaiting[id] = struct{}{}
+	} else if !od.awaited {
+		s.outUnsettled[id] = outDelivery{link: l, awaited: true}
 	}
 	s.conn.events = append(s.conn.events, event{kind: evDisposition, link: l, out: l.outH, id: id, state: cloneState(d.State), settled: d.Settled})
 }

@@ -36,8 +36,8 @@ type Session struct {
 	links    []*Link // by the peer's handle
 	outLinks []*Link // by our handle
 
-	inUnsettled  map[uint32]inDelivery // incoming deliveries the handler holds or awaits the peer on
-	outUnsettled map[uint32]*Link      // our unsettled deliveries
+	inUnsettled  map[uint32]inDelivery  // incoming deliveries the handler holds or awaits the peer on
+	outUnsettled map[uint32]outDelivery // our unsettled deliveries
 }
 
 // inDelivery tracks an incoming delivery until both sides settled it.
@@ -46,6 +46,12 @@ type inDelivery struct {
 	peerSettled    bool // pre-settled, or settled by the peer since
 	second         bool // rcv-settle-mode second (§2.6.12)
 	handlerSettled bool // the handler's disposition is out, the peer's settle awaited
+}
+
+// outDelivery is one of our unsettled deliveries.
+type outDelivery struct {
+	link    *Link
+	awaited bool // the peer disposed of it unsettled and awaits our outcome
 }
 
 // queuedTransfer is the unsent rest of a delivery, or with flow set a
@@ -101,7 +107,7 @@ func (c *Conn) onBegin(channel uint16, perf []byte) *frames.Error {
 		inWindow:             c.srv.sessionWindow,
 		remoteIncomingWindow: b.IncomingWindow,
 		inUnsettled:          make(map[uint32]inDelivery),
-		outUnsettled:         make(map[uint32]*Link),
+		outUnsettled:         make(map[uint32]outDelivery),
 	}
 	c.sessions = growTo(c.sessions, int(channel))
 	c.sessions[channel] = s
