@@ -132,6 +132,8 @@ var (
 		"Messages dead-lettered, by reason (the broker's own reasons, or client).", []string{"entity", "reason"}, nil)
 	descExpired = prometheus.NewDesc("walbus_messages_expired_total",
 		"Messages dropped when their time to live ran out.", []string{"entity"}, nil)
+	descDeleted = prometheus.NewDesc("walbus_messages_deleted_total",
+		"Messages removed unread by batch deletes (purges).", []string{"entity"}, nil)
 	descLockLost = prometheus.NewDesc("walbus_lock_lost_total",
 		"Settlements and lock renewals refused because the lock was gone.", []string{"entity"}, nil)
 	descLockExpired = prometheus.NewDesc("walbus_locks_expired_total",
@@ -146,7 +148,7 @@ type entityCollector struct{ m *Metrics }
 
 func (c entityCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMessages, descLogBytes, descSent, descDelivered, descCompleted,
-		descAbandoned, descDeadLettered, descExpired, descLockLost, descLockExpired, descConns, descSessions, descLinks} {
+		descAbandoned, descDeadLettered, descExpired, descDeleted, descLockLost, descLockExpired, descConns, descSessions, descLinks} {
 		ch <- d
 	}
 }
@@ -192,7 +194,7 @@ func collectEntity(ch chan<- prometheus.Metric, e *broker.Entity) {
 	ch <- prometheus.MustNewConstMetric(descLogBytes, prometheus.GaugeValue, float64(e.Bytes()), name)
 	s := e.Stats()
 	for d, v := range map[*prometheus.Desc]uint64{descSent: s.Sent, descDelivered: s.Delivered, descCompleted: s.Completed,
-		descAbandoned: s.Abandoned, descExpired: s.Expired, descLockLost: s.LockLost, descLockExpired: s.LockExpired} {
+		descAbandoned: s.Abandoned, descExpired: s.Expired, descDeleted: s.Deleted, descLockLost: s.LockLost, descLockExpired: s.LockExpired} {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), name)
 	}
 	for reason, v := range s.DeadLettered {

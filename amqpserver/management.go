@@ -3,6 +3,7 @@ package amqpserver
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/walbus/walbus/amqpserver/encoding"
@@ -129,6 +130,8 @@ func (t *mgmtTarget) handle(req *rpcRequest, reply func(rpcResponse)) {
 			}
 			reply(ok(200, nil))
 		})
+	case "com.microsoft:batch-delete-messages":
+		t.batchDelete(req, body, reply)
 	case "com.microsoft:renew-session-lock", "com.microsoft:get-session-state", "com.microsoft:set-session-state":
 		t.sessionOp(op, req, body, reply)
 	case "com.microsoft:get-message-sessions":
@@ -280,6 +283,40 @@ func (t *mgmtTarget) updateDisposition(body encoding.Map, reply func(rpcResponse
 			}
 		})
 	}
+}
+
+// batchDelete removes up to message-count messages enqueued before
+// enqueued-time-utc, oldest first, leaving locked ones (the JS SDK's
+// deleteMessages, which its purgeMessages repeats until a call deletes
+// fewer than it asked). The reply counts them, or is 204 with
+// com.microsoft:message-not-found when none went: 7.10.0-beta.2 reads a
+// 204 without that condition as a failure.
+func (t *mgmtTarget) batchDelete(req *rpcRequest, body encoding.Map, reply func(rpcResponse)) {
+	count, found := number(body, "message-count")
+	if !found || count < 1 || count > broker.MaxDelete {
+		reply(rpcResponse{status: 400, condition: condArgumentOutOfRange,
+			description: fmt.Sprintf("message-count must be an integer from 1 to %d", broker.MaxDelete)})
+		return
+	}
+	before := int64(math.MaxInt64) // no cut-off: everything enqueued so far
+	if v, found := body.Get("enqueued-time-utc"); found && v != nil {
+		ts, isTime := v.(encoding.Timestamp)
+		if !isTime {
+			reply(failure(fmt.Errorf("%w: enqueued-time-utc holds a %T, not a timestamp", projection.ErrInvalid, v)))
+			return
+		}
+		before = nanos(ts)
+	}
+	t.e.Delete(t.queue, int(count), before, t.session(req), func(n int, err error) {
+		switch {
+		case err != nil:
+			reply(failure(err))
+		case n == 0:
+			reply(rpcResponse{status: 204, description: "No messages to delete", condition: condMessageNotFound})
+		default:
+			reply(ok(200, encoding.Map{{Key: "message-count", Value: int32(n)}}))
+		}
+	})
 }
 
 // schedule stores messages that carry x-opt-scheduled-enqueue-time.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -113,7 +114,7 @@ func inboundOne(raw []byte) (projection.Message, error) {
 		return projection.Message{}, fmt.Errorf("%w: message annotations: %w", errBadMessage, err)
 	}
 	if ann.HasScheduledEnqueueTime {
-		m.ScheduledAt = int64(ann.ScheduledEnqueueTime) * int64(time.Millisecond)
+		m.ScheduledAt = nanos(encoding.Timestamp(ann.ScheduledEnqueueTime))
 	}
 	return m, nil
 }
@@ -232,6 +233,20 @@ func overlayProperties(overlays []broker.Overlay) ([]message.Property, error) {
 
 // timestamp converts unix nanoseconds to an AMQP timestamp (ms).
 func timestamp(ns int64) encoding.Timestamp { return encoding.Timestamp(ns / int64(time.Millisecond)) }
+
+// nanos is timestamp's inverse, saturating: AMQP timestamps reach far past
+// what unix nanoseconds in an int64 hold (the year 2262), and clients send
+// such times (the Go SDK's sentinel for all sessions is the year 10000).
+func nanos(ts encoding.Timestamp) int64 {
+	const ms = int64(time.Millisecond)
+	switch {
+	case int64(ts) > math.MaxInt64/ms:
+		return math.MaxInt64
+	case int64(ts) < math.MinInt64/ms:
+		return math.MinInt64
+	}
+	return int64(ts) * ms
+}
 
 // deliveryTag is the lock token in .NET GUID byte order, as Service Bus
 // sends it: the first three groups are little-endian (servicebus-wire.md §5).

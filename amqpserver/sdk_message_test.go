@@ -187,6 +187,38 @@ func TestSDKScheduleAndCancel(t *testing.T) {
 	}
 }
 
+// A message scheduled beyond what unix nanoseconds hold (the year 2262)
+// stays scheduled, through ScheduleMessages and through a send with
+// ScheduledEnqueueTime; the time once overflowed into the past, and the
+// messages were enqueued at once.
+func TestSDKScheduleFarFuture(t *testing.T) {
+	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	c := tb.client(t)
+	s, _ := c.NewSender("q1", nil)
+	far := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := s.ScheduleMessages(ctxT(t), []*azservicebus.Message{{Body: []byte("scheduled")}}, far, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SendMessage(ctxT(t), &azservicebus.Message{Body: []byte("annotated"), ScheduledEnqueueTime: &far}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := c.NewReceiverForQueue("q1", nil)
+	peeked, err := r.PeekMessages(ctxT(t), 10, nil)
+	if err != nil || len(peeked) != 2 {
+		t.Fatalf("peek: %d messages, %v", len(peeked), err)
+	}
+	for _, m := range peeked {
+		if m.State != azservicebus.MessageStateScheduled || m.ScheduledEnqueueTime == nil || m.ScheduledEnqueueTime.Year() < 2262 {
+			t.Fatalf("%s: state %v, scheduled for %v", m.Body, m.State, m.ScheduledEnqueueTime)
+		}
+	}
+	short, cancel := contextWithTimeout(t, 300*time.Millisecond)
+	defer cancel()
+	if got, _ := r.ReceiveMessages(short, 1, nil); len(got) != 0 {
+		t.Fatalf("%q arrived, scheduled for the year 3000", got[0].Body)
+	}
+}
+
 // The annotations only the broker sets never go out with the client's
 // value: azservicebus's TestNilPartitionKey sends x-opt-locked-until,
 // x-opt-sequence-number and x-opt-enqueued-time null, which Service Bus

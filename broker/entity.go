@@ -323,7 +323,7 @@ func (e *Entity) trackCache(ev *log.Event) {
 		if len(ev.Props) > 0 || ev.Type == log.DeadLettered || ev.Type == log.TransferDeadLettered {
 			e.cache.add(*ev) // an overlay: read back with its message
 		}
-	case log.Completed, log.Expired, log.ReceivedAndDeleted, log.ScheduleCancelled:
+	case log.Completed, log.Expired, log.ReceivedAndDeleted, log.ScheduleCancelled, log.Deleted:
 		e.cache.remove(ev.Seq)
 	}
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/walbus/walbus/index"
 	"github.com/walbus/walbus/log"
@@ -65,6 +66,88 @@ func (e *Entity) Cancel(queue uint32, seqs []uint64, done func(error)) {
 	t.do(done, func(t *Entity) ([]log.Event, error) {
 		return t.decide(projection.Cancel{Queue: queue, Seqs: seqs})
 	})
+}
+
+// MaxDelete is the most messages one batch delete removes: Service Bus
+// Premium's limit (Standard's is 500).
+const MaxDelete = 4000
+
+// Delete removes up to max messages of the queue enqueued before the time
+// before (unix ns), oldest first, without delivering them: available,
+// deferred and scheduled ones, never one a receiver holds locked. With
+// session set, only that session's messages. done gets how many went, once
+// their removal is durable.
+func (e *Entity) Delete(queue uint32, max int, before int64, session string, done func(int, error)) {
+	n := 0
+	e.do(func(err error) { done(n, err) }, func(e *Entity) ([]log.Event, error) {
+		seqs, err := e.deletable(queue, min(max, MaxDelete), before, session)
+		if err != nil {
+			return nil, err
+		}
+		evs, err := e.decide(projection.Delete{Queue: queue, Seqs: seqs})
+		n = len(evs)
+		return evs, err
+	})
+}
+
+// deletable picks the messages a batch delete removes: walking the queue
+// in SequenceNumber order, the first max that are not locked (and in the
+// session, if one is named), up to the first enqueued at or after before.
+// Enqueued times rise with SequenceNumbers (both follow the log), so the
+// walk reads no record past the cut-off.
+func (e *Entity) deletable(queue uint32, max int, before int64, session string) ([]uint64, error) {
+	q, sessionNo, err := e.sessionOf(queue, session)
+	if q == nil || err != nil {
+		return nil, err
+	}
+	const page = 256
+	var out []uint64
+	for from := uint64(1); len(out) < max; {
+		seqs := q.Peek(from, page, e.durable)
+		for _, seq := range seqs {
+			m, _ := q.Message(seq)
+			if m.State == index.Locked || sessionNo != 0 && m.Session != sessionNo {
+				continue
+			}
+			rec, err := e.record(seq, m.Pos)
+			if err != nil {
+				return nil, fmt.Errorf("read message %d for a batch delete: %w", seq, err)
+			}
+			if rec.Time >= before {
+				return out, nil
+			}
+			if out = append(out, seq); len(out) == max {
+				return out, nil
+			}
+		}
+		if len(seqs) < page {
+			break
+		}
+		from = seqs[len(seqs)-1] + 1
+	}
+	return out, nil
+}
+
+// sessionOf is the queue numbered queue and, when session is named, that
+// session's number in it, for operations that go through a queue's
+// messages and keep a session's. A queue without sessions refuses a
+// session; an unknown session has no messages, which a nil queue says.
+func (e *Entity) sessionOf(queue uint32, session string) (q *projection.Queue, sessionNo uint32, err error) {
+	q = e.st.Queue(queue)
+	if q == nil {
+		return nil, 0, projection.ErrInvalid
+	}
+	if session == "" {
+		return q, 0, nil
+	}
+	if q.Sessions() == nil {
+		return nil, 0, projection.ErrNotAllowed
+	}
+	s := q.Sessions().Get(session)
+	if s == nil {
+		return nil, 0, nil
+	}
+	return q, s.No, nil
 }
 
 // Settlement ends a message lock.
@@ -211,20 +294,9 @@ func (e *Entity) Renew(queue uint32, tokens []log.LockToken, done func([]int64, 
 // that session's messages.
 func (e *Entity) Peek(queue uint32, from uint64, max int, session string) ([]Delivery, error) {
 	return call(e, func(e *Entity) ([]Delivery, error) {
-		q := e.st.Queue(queue)
-		if q == nil {
-			return nil, projection.ErrInvalid
-		}
-		var sessionNo uint32
-		if session != "" {
-			if q.Sessions() == nil {
-				return nil, projection.ErrNotAllowed
-			}
-			s := q.Sessions().Get(session)
-			if s == nil {
-				return nil, nil
-			}
-			sessionNo = s.No
+		q, sessionNo, err := e.sessionOf(queue, session)
+		if q == nil || err != nil {
+			return nil, err
 		}
 		var out []Delivery
 		for len(out) < max {

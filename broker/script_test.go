@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,6 +188,18 @@ func (h *harness) exec(t *testing.T, td *datadriven.TestData) (string, error) {
 		ch := make(chan error, 1)
 		e.Cancel(q, a.seqs("seq"), func(err error) { ch <- err })
 		return "", <-ch
+	case "batch-delete":
+		// before=-30s: enqueued more than 30s ago; none: no cut-off.
+		e, q := h.entity(a)
+		before := int64(math.MaxInt64)
+		if at := a.str("before", ""); at != "" {
+			before = h.clock.Now().Add(parseDur(t, at)).UnixNano()
+		}
+		ch := make(chan string, 1)
+		e.Delete(q, a.int("max", 10), before, a.str("session", ""), func(n int, err error) {
+			ch <- join(fmt.Sprintf("deleted %d", n), errString(err))
+		})
+		return <-ch, nil
 	case "attach":
 		e, q := h.entity(a)
 		name := a.str("name", "r1")

@@ -13,7 +13,7 @@ import (
 type stats struct {
 	sent, delivered, completed, abandoned, released, deferred, expired, lockExpired atomic.Uint64
 	deadLetteredMaxDelivery, deadLetteredExpired, deadLetteredOther                 atomic.Uint64
-	lockLost                                                                        atomic.Uint64
+	lockLost, deleted                                                               atomic.Uint64
 }
 
 // Stats are an entity's counters since it was opened.
@@ -26,6 +26,7 @@ type Stats struct {
 	Deferred    uint64
 	Expired     uint64 // dropped when their time to live ran out
 	LockExpired uint64 // locks that ran out
+	Deleted     uint64 // removed unread by batch deletes (purges)
 	// DeadLettered counts dead-lettered messages by reason: the broker's own
 	// (MaxDeliveryCountExceeded, TTLExpiredException) and "client" for
 	// reasons clients gave, which are free text.
@@ -51,6 +52,8 @@ func (s *stats) count(ev *log.Event) {
 		s.expired.Add(1)
 	case log.LockExpired:
 		s.lockExpired.Add(1)
+	case log.Deleted:
+		s.deleted.Add(1)
 	case log.DeadLettered:
 		switch ev.Reason {
 		case projection.ReasonMaxDeliveryCount:
@@ -70,6 +73,7 @@ func (e *Entity) Stats() Stats {
 		Sent: s.sent.Load(), Delivered: s.delivered.Load(), Completed: s.completed.Load(),
 		Abandoned: s.abandoned.Load(), Released: s.released.Load(), Deferred: s.deferred.Load(),
 		Expired: s.expired.Load(), LockExpired: s.lockExpired.Load(), LockLost: s.lockLost.Load(),
+		Deleted: s.deleted.Load(),
 		DeadLettered: map[string]uint64{
 			projection.ReasonMaxDeliveryCount: s.deadLetteredMaxDelivery.Load(),
 			projection.ReasonTTLExpired:       s.deadLetteredExpired.Load(),

@@ -84,6 +84,7 @@ var layouts = map[Type][]field{
 	ReceivedAndDeleted: {fQueue, fSeq, fReceiver},
 
 	TransferDeadLettered: {fQueue, fSeq, fReason, fDescription},
+	Deleted:              {fQueue, fSeq},
 
 	SessionLocked:      {fQueue, fSessionID, fUntil, fReceiver},
 	SessionLockRenewed: {fQueue, fSessionID, fUntil},

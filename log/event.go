@@ -58,6 +58,11 @@ const (
 	// message, like DeadLettered.
 	TransferDeadLettered Type = 37
 
+	// Deleted: removed unread by a batch delete ($management
+	// batch-delete-messages, which an SDK's purge repeats), from any state
+	// but locked.
+	Deleted Type = 38
+
 	SessionLocked      Type = 40 // a session was locked for a receiver
 	SessionLockRenewed Type = 41
 	SessionUnlocked    Type = 42 // the session's receiver let it go, or its lock ran out
@@ -131,7 +136,7 @@ var typeNames = map[Type]string{
 	SessionUnlocked: "session-unlocked", SessionStateSet: "session-state-set",
 	Checkpoint: "checkpoint",
 
-	TransferDeadLettered: "transfer-dead-lettered",
+	TransferDeadLettered: "transfer-dead-lettered", Deleted: "deleted",
 }
 
 func (t Type) String() string {

@@ -83,7 +83,7 @@ func (e *Entity) applyQueue(q *Queue, ev *log.Event) error {
 		return fmt.Errorf("event %d (%s): no message %d in queue %d", ev.Index, ev.Type, ev.Seq, q.No)
 	}
 	switch ev.Type {
-	case log.ScheduleCancelled:
+	case log.ScheduleCancelled, log.Deleted:
 		q.remove(ev.Seq, m)
 	case log.Activated:
 		q.remove(ev.Seq, m)

@@ -73,6 +73,16 @@ type Cancel struct {
 	Seqs  []uint64
 }
 
+// Delete removes the messages Seqs names, unread, whatever their state
+// (available, deferred or scheduled) but locked: a receiver holding a lock
+// keeps its message. The shell picks them (a batch delete takes the oldest
+// enqueued before a time, which only the log records); numbers that are
+// gone or locked are passed over.
+type Delete struct {
+	Queue uint32
+	Seqs  []uint64
+}
+
 // Activate makes due scheduled message Seq live. Record is its Scheduled
 // event as read from the log by the shell (Decide cannot read the log).
 type Activate struct {
@@ -220,6 +230,7 @@ type SetSessionState struct {
 func (Configure) isCommand()        {}
 func (Send) isCommand()             {}
 func (Cancel) isCommand()           {}
+func (Delete) isCommand()           {}
 func (Activate) isCommand()         {}
 func (Lock) isCommand()             {}
 func (ReceiveAndDelete) isCommand() {}
@@ -253,6 +264,8 @@ func (e *Entity) Decide(cmd Command, now int64) ([]log.Event, error) {
 		err = d.send(c)
 	case Cancel:
 		err = d.cancel(c)
+	case Delete:
+		err = d.delete(c)
 	case Activate:
 		err = d.activate(c)
 	case Lock:
@@ -420,15 +433,25 @@ func (d *decision) restore(c Restore) error {
 }
 
 func (d *decision) cancel(c Cancel) error {
-	q, err := d.queue(c.Queue)
+	return d.drop(c.Queue, c.Seqs, log.ScheduleCancelled, func(m index.Meta) bool { return m.State == index.Scheduled })
+}
+
+func (d *decision) delete(c Delete) error {
+	return d.drop(c.Queue, c.Seqs, log.Deleted, func(m index.Meta) bool { return m.State != index.Locked })
+}
+
+// drop emits an event of type typ for each message of seqs (in order, once
+// each) that is in the queue and that may go.
+func (d *decision) drop(queue uint32, seqs []uint64, typ log.Type, may func(index.Meta) bool) error {
+	q, err := d.queue(queue)
 	if err != nil {
 		return err
 	}
-	seqs := slices.Clone(c.Seqs)
+	seqs = slices.Clone(seqs)
 	slices.Sort(seqs)
 	for _, seq := range slices.Compact(seqs) {
-		if m, ok := q.msgs.Get(seq); ok && m.State == index.Scheduled {
-			d.emit(log.Event{Type: log.ScheduleCancelled, Queue: c.Queue, Seq: seq})
+		if m, ok := q.msgs.Get(seq); ok && may(m) {
+			d.emit(log.Event{Type: typ, Queue: queue, Seq: seq})
 		}
 	}
 	return nil

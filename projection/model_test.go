@@ -152,6 +152,13 @@ func (d *mDecision) run(cmd Command) error {
 				d.emit(log.Event{Type: log.ScheduleCancelled, Queue: c.Queue, Seq: seq})
 			}
 		}
+	case Delete:
+		seqs := slices.Sorted(slices.Values(c.Seqs))
+		for _, seq := range slices.Compact(seqs) {
+			if msg := m.msgs[seq]; msg != nil && msg.queue == c.Queue && msg.state != index.Locked {
+				d.emit(log.Event{Type: log.Deleted, Queue: c.Queue, Seq: seq})
+			}
+		}
 	case Activate:
 		if msg := m.msgs[c.Seq]; msg != nil && msg.state == index.Scheduled {
 			d.emit(log.Event{Type: log.Activated, Queue: c.Queue, Seq: c.Seq, Until: d.expiry(time.Duration(c.Record.TTL)),
@@ -469,7 +476,7 @@ func (m *model) apply(ev *log.Event) {
 			msg.overlays = []uint64{ev.Index}
 		}
 		m.msgs[ev.Index] = msg
-	case log.ScheduleCancelled, log.Completed, log.Expired, log.ReceivedAndDeleted:
+	case log.ScheduleCancelled, log.Completed, log.Expired, log.ReceivedAndDeleted, log.Deleted:
 		delete(m.msgs, ev.Seq)
 	case log.Locked:
 		msg := m.msgs[ev.Seq]
@@ -832,7 +839,13 @@ func (h *history) step() {
 				seqs = append(seqs, seq)
 			}
 		}
-		h.run(Cancel{Queue: 0, Seqs: seqs})
+		if r.IntN(2) == 0 {
+			h.run(Cancel{Queue: 0, Seqs: seqs})
+			return
+		}
+		// A batch delete, of fewer: any state but locked, in any queue.
+		seqs = slices.DeleteFunc(seqs, func(uint64) bool { return r.IntN(3) > 0 })
+		h.run(Delete{Queue: modelQueues[r.IntN(len(modelQueues))], Seqs: seqs})
 	case 14:
 		var deferred []uint64
 		for _, msg := range h.m.msgs {

@@ -34,7 +34,7 @@ type Life struct {
 	Size      int      `json:"size"`
 	// Outcome is how the life ended: completed, received-and-deleted,
 	// dead-lettered (and still in a dead-letter queue, plain or transfer), expired,
-	// cancelled, or pending (still in its queue).
+	// cancelled, deleted (by a batch delete), or pending (still in its queue).
 	Outcome    string   `json:"outcome"`
 	State      string   `json:"state,omitempty"` // where a message still in a queue stands
 	Deliveries int      `json:"deliveries"`      // failed delivery attempts
@@ -305,6 +305,9 @@ func (l *Life) follow(ev *log.Event) {
 	case log.Expired:
 		l.stage, l.Outcome = "", "expired"
 		l.step(ev, "expired: its time to live ran out")
+	case log.Deleted:
+		l.stage, l.Outcome = "", "deleted"
+		l.step(ev, "deleted unread by a batch delete (a purge) in "+QueueName(ev.Queue))
 	}
 }
 

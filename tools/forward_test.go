@@ -3,6 +3,7 @@ package tools
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -156,4 +157,45 @@ func deadLetterForwarded(t *testing.T, dstCfg projection.Config, body string, qu
 	}
 	s.close()
 	return data
+}
+
+// Messages removed by a batch delete: verify accepts the directory, replay
+// shows the deletion, the audit ends the life there, and the state holds
+// only what was left.
+func TestToolsOnDeletedMessages(t *testing.T) {
+	data := t.TempDir()
+	s := newSceneWith(t, broker.Options{Dir: data})
+	q := s.queue("q", projection.DefaultConfig())
+	s.send(q, msg("gone", "body"), msg("kept", "body"))
+	done := make(chan error, 1)
+	q.Delete(log.MainQueue, 1, math.MaxInt64, "", func(n int, err error) {
+		if err == nil && n != 1 {
+			err = fmt.Errorf("deleted %d, want 1", n)
+		}
+		done <- err
+	})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+
+	if f := verifyUnchanged(t, data); len(f) != 0 {
+		t.Fatalf("findings on a directory with a deleted message:\n%s", sprintLines(f))
+	}
+	var out bytes.Buffer
+	if err := Replay(&out, data, ReplayOptions{Entity: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "deleted") {
+		t.Fatalf("replay of q:\n%s", out.String())
+	}
+	for id, want := range map[string]string{"gone": "deleted", "kept": "pending"} {
+		lives, err := Audit(data, "q", AuditOptions{MessageID: id})
+		if err != nil || len(lives) != 1 {
+			t.Fatalf("audit of %s: %v %v", id, lives, err)
+		}
+		if lives[0].Outcome != want {
+			t.Fatalf("audit of %s: outcome %q, want %q (steps %v)", id, lives[0].Outcome, want, stepTypes(lives[0]))
+		}
+	}
 }
