@@ -40,7 +40,11 @@ func (cs *connState) attachNode(l *transport.Link, mgmt *mgmtTarget) {
 		}
 		return
 	}
-	rl := &replyLink{cs: cs, l: l}
+	// Responses go pre-settled, unless the client asked for unsettled
+	// deliveries (uAMQP's $cbs-receiver does): the mode is echoed, so
+	// they go unsettled and its dispositions settle them.
+	mode := l.PeerAttach().SndSettleMode
+	rl := &replyLink{cs: cs, l: l, settled: mode.Or(frames.SenderSettleMixed) != frames.SenderSettleUnsettled}
 	if err := l.AcceptOutbound(nil, rl); err != nil {
 		return
 	}
@@ -158,10 +162,11 @@ func sameNode(reply, request *transport.Link) bool {
 	return ra.Source != nil && qa.Target != nil && ra.Source.Address == qa.Target.Address
 }
 
-// replyLink sends responses, pre-settled, as credit allows.
+// replyLink sends responses, as credit allows.
 type replyLink struct {
-	cs *connState
-	l  *transport.Link
+	cs      *connState
+	l       *transport.Link
+	settled bool // send them pre-settled
 
 	mu           sync.Mutex
 	pending      [][]byte
@@ -195,7 +200,7 @@ func (rl *replyLink) flush() {
 	for len(rl.pending) > 0 {
 		rl.tag++
 		tag := binary.BigEndian.AppendUint64(nil, rl.tag)
-		if _, err := rl.l.Send(tag, 0, rl.pending[0], true); err != nil {
+		if _, err := rl.l.Send(tag, 0, rl.pending[0], rl.settled); err != nil {
 			return // no credit: wait for the next flow
 		}
 		rl.pendingBytes -= len(rl.pending[0])
