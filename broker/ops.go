@@ -93,8 +93,9 @@ func (e *Entity) Delete(queue uint32, max int, before int64, session string, don
 // deletable picks the messages a batch delete removes: walking the queue
 // in SequenceNumber order, the first max that are not locked (and in the
 // session, if one is named), up to the first enqueued at or after before.
-// Enqueued times rise with SequenceNumbers (both follow the log), so the
-// walk reads no record past the cut-off.
+// Enqueued times never fall as SequenceNumbers rise (an event's time is
+// never before the last one's, see Entity.now), so the walk reads no
+// record past the cut-off.
 func (e *Entity) deletable(queue uint32, max int, before int64, session string) ([]uint64, error) {
 	q, sessionNo, err := e.sessionOf(queue, session)
 	if q == nil || err != nil {
