@@ -125,7 +125,7 @@ func (cs *connState) attachReceiver(l *transport.Link, address string) {
 	}
 	a := l.PeerAttach()
 	mode := broker.PeekLock
-	if a.SndSettleMode.Or(frames.SenderSettleMixed) == frames.SenderSettleSettled {
+	if l.SndSettleMode() == frames.SenderSettleSettled {
 		mode = broker.ReceiveAndDelete
 	}
 	var filter any

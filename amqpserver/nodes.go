@@ -43,8 +43,7 @@ func (cs *connState) attachNode(l *transport.Link, mgmt *mgmtTarget) {
 	// Responses go pre-settled, unless the client asked for unsettled
 	// deliveries (uAMQP's $cbs-receiver does): the mode is echoed, so
 	// they go unsettled and its dispositions settle them.
-	mode := l.PeerAttach().SndSettleMode
-	rl := &replyLink{cs: cs, l: l, settled: mode.Or(frames.SenderSettleMixed) != frames.SenderSettleUnsettled}
+	rl := &replyLink{cs: cs, l: l, settled: l.SndSettleMode() != frames.SenderSettleUnsettled}
 	if err := l.AcceptOutbound(nil, rl); err != nil {
 		return
 	}

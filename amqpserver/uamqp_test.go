@@ -20,17 +20,15 @@ import (
 func TestCBSAsUAMQPDoesIt(t *testing.T) {
 	_, addr := startRaw(t, Config{})
 	c := dialFrames(t, addr)
-	cbs := func() (*frames.Source, *frames.Target) {
-		return &frames.Source{Address: "$cbs"}, &frames.Target{Address: "$cbs"}
+	links := []struct {
+		name string
+		role frames.Role
+	}{{"$cbs-sender", frames.RoleSender}, {"$cbs-receiver", frames.RoleReceiver}}
+	for handle, link := range links {
+		c.send(0, &frames.Attach{Name: link.name, Handle: uint32(handle), Role: link.role,
+			SndSettleMode: frames.Some(frames.SenderSettleUnsettled), RcvSettleMode: frames.Some(frames.ReceiverSettleFirst),
+			Source: &frames.Source{Address: "$cbs"}, Target: &frames.Target{Address: "$cbs"}}, nil)
 	}
-	src, tgt := cbs()
-	c.send(0, &frames.Attach{Name: "$cbs-sender", Handle: 0, Role: frames.RoleSender,
-		SndSettleMode: frames.Some(frames.SenderSettleUnsettled), RcvSettleMode: frames.Some(frames.ReceiverSettleFirst),
-		Source: src, Target: tgt}, nil)
-	src, tgt = cbs()
-	c.send(0, &frames.Attach{Name: "$cbs-receiver", Handle: 1, Role: frames.RoleReceiver,
-		SndSettleMode: frames.Some(frames.SenderSettleUnsettled), RcvSettleMode: frames.Some(frames.ReceiverSettleFirst),
-		Source: src, Target: tgt}, nil)
 	for credit := false; !credit; {
 		p, _ := c.next()
 		fl, isFlow := p.(*frames.Flow)

@@ -160,8 +160,8 @@ func deadLetterForwarded(t *testing.T, dstCfg projection.Config, body string, qu
 }
 
 // Messages removed by a batch delete: verify accepts the directory, replay
-// shows the deletion, the audit ends the life there, and the state holds
-// only what was left.
+// shows the deletion, and the audit ends the deleted message's life there
+// while the other one is still pending.
 func TestToolsOnDeletedMessages(t *testing.T) {
 	data := t.TempDir()
 	s := newSceneWith(t, broker.Options{Dir: data})

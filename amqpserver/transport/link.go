@@ -70,6 +70,11 @@ func (l *Link) Inbound() bool { return l.inbound }
 // properties. Do not modify it.
 func (l *Link) PeerAttach() *frames.Attach { return l.attach }
 
+// SndSettleMode is the link's sender settle mode, as the peer asked and
+// the attach answer echoes (mixed when the peer named none): on an
+// outbound link, whether Send may or must pre-settle.
+func (l *Link) SndSettleMode() frames.SenderSettleMode { return l.sndMode }
+
 // Session is the session the link belongs to.
 func (l *Link) Session() *Session { return l.sess }
 
