@@ -7,7 +7,7 @@ FUZZTIME  ?= 10s
 FUZZMINIMIZE ?= 1s
 PKGS      := ./...
 
-.PHONY: all build run test vet fmt-check unit full-size test-js bench bench-go fuzz crash clean
+.PHONY: all build run test vet fmt-check unit full-size test-js test-py bench bench-go fuzz crash clean
 
 all: build
 
@@ -19,7 +19,7 @@ run: build
 	./$(BIN) serve
 
 # Everything CI runs.
-test: vet fmt-check unit full-size test-js
+test: vet fmt-check unit full-size test-js test-py
 
 vet:
 	$(GO) vet $(PKGS)
@@ -38,6 +38,14 @@ JS_DIR := amqpserver/testdata/jssdk
 test-js: build
 	cd $(JS_DIR) && npm ci --no-audit --no-fund --loglevel=error && \
 		WALBUS_BIN=$(abspath $(BIN)) node --test --test-concurrency=6
+
+# The Python SDK (azure-servicebus 7.8 on uAMQP: Debian's python3-azure and
+# python3-uamqp, which run on Debian's /usr/bin/python3) against real walbus
+# serve processes over TLS; the modules run side by side.
+PY_DIR := amqpserver/testdata/pysdk
+PYTHON ?= /usr/bin/python3
+test-py: build
+	WALBUS_BIN=$(abspath $(BIN)) $(PYTHON) $(PY_DIR)/run.py
 
 # Tests that run scaled down under the race detector, at full size.
 full-size:

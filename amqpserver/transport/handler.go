@@ -159,9 +159,10 @@ type Delivery struct {
 }
 
 // Settle records the handler's outcome. For an unsettled delivery it
-// sends disposition(role=receiver, settled=true, state) (or settled=false
-// when the link's rcv-settle-mode is second, §2.6.12); for a pre-settled
-// one it only returns the credit. It may be called from any goroutine.
+// sends disposition(role=receiver, settled=true, state), in
+// rcv-settle-mode second too, as Service Bus does (a peer's settlement
+// would only confirm it, and uAMQP sends none); for a pre-settled one it
+// only returns the credit. It may be called from any goroutine.
 func (d Delivery) Settle(state frames.DeliveryState) error {
 	return d.Link.Settle(d.ID, state)
 }

@@ -31,7 +31,6 @@ type assembly struct {
 	id      uint32
 	format  uint32
 	settled bool
-	second  bool
 	state   frames.DeliveryState
 	tag     []byte // aliases the frame until multi, then tagBuf
 	tagBuf  []byte
@@ -110,7 +109,7 @@ func (s *Session) onTransfer(perf, payload []byte) *frames.Error {
 		a.buf = reusable(a.buf)
 	}
 	a.active = false
-	if !l.trackIncoming(a.id, inDelivery{link: l, peerSettled: a.settled, second: a.second}) {
+	if !l.trackIncoming(a.id, inDelivery{link: l, peerSettled: a.settled}) {
 		return nil
 	}
 	l.inflight++
@@ -145,7 +144,6 @@ func (l *Link) beginDelivery(t *frames.Transfer) bool {
 		id:      t.DeliveryID.Value,
 		format:  t.MessageFormat.Or(0),
 		settled: t.Settled || l.sndMode == frames.SenderSettleSettled,
-		second:  l.rcvSecond || t.RcvSettleMode.Or(frames.ReceiverSettleFirst) == frames.ReceiverSettleSecond,
 		state:   t.State,
 		tag:     t.DeliveryTag,
 		tagBuf:  a.tagBuf,
@@ -179,14 +177,10 @@ func (l *Link) trackIncoming(id uint32, d inDelivery) bool {
 // errors, while a JS sender whose link detaches mid-send only times out.
 func (l *Link) rejectOversize() {
 	a := &l.asm
-	id, settled, second := a.id, a.settled, a.second
+	id, settled := a.id, a.settled
 	l.resetAssembly()
 	if !settled {
-		// Mode second: the peer settles after our outcome (§2.8.3).
-		if second && !l.trackIncoming(id, inDelivery{link: l, second: true, handlerSettled: true}) {
-			return
-		}
-		l.conn.appendDisposition(l.sess.outChannel, frames.RoleReceiver, id, !second, &frames.Rejected{
+		l.conn.appendDisposition(l.sess.outChannel, frames.RoleReceiver, id, true, &frames.Rejected{
 			Error: newError(CondMessageSizeExceeded, fmt.Sprintf("the message is larger than the link's max-message-size of %d bytes", l.maxSize))})
 	}
 	l.topUp()
@@ -244,7 +238,7 @@ func (l *Link) Settle(id uint32, state frames.DeliveryState) error {
 		return nil
 	}
 	d, ok := s.inUnsettled[id]
-	if !ok || d.link != l || d.handlerSettled {
+	if !ok || d.link != l {
 		return ErrUnknownDelivery
 	}
 	if l.state == linkAnswering {
@@ -257,17 +251,11 @@ func (l *Link) Settle(id uint32, state frames.DeliveryState) error {
 		return nil
 	}
 	l.inflight--
-	switch {
-	case d.peerSettled:
-		delete(s.inUnsettled, id)
-	case d.second:
-		// Mode second: our outcome goes out unsettled and the peer
-		// settles (§2.6.12); keep the id until it does.
-		d.handlerSettled = true
-		s.inUnsettled[id] = d
-		c.appendDisposition(s.outChannel, frames.RoleReceiver, id, false, state)
-	default:
-		delete(s.inUnsettled, id)
+	delete(s.inUnsettled, id)
+	if !d.peerSettled {
+		// Settled even when the peer asked for rcv-settle-mode second,
+		// as Service Bus does: uAMQP (the Python SDK) waits for a
+		// settled disposition and never settles after an unsettled one.
 		c.appendDisposition(s.outChannel, frames.RoleReceiver, id, true, state)
 	}
 	l.topUp()

@@ -237,10 +237,15 @@ func TestPeerHandleMax(t *testing.T) {
 	}
 }
 
-// TestOversizeRejectedInModeSecond: on a link with rcv-settle-mode second
-// the rejection of an oversize delivery goes out unsettled, as every
-// outcome in that mode (§2.8.3), and the peer's settlement ends it.
-func TestOversizeRejectedInModeSecond(t *testing.T) {
+// TestModeSecondOutcomesGoOutSettled: a sender that asks for
+// rcv-settle-mode second, as uAMQP's (the Python SDK's) does, gets the
+// mode echoed but every outcome settled, as Service Bus sends it: uAMQP
+// finishes a send only on a settled disposition and never settles after
+// an unsettled one. An accepted delivery and an oversize one's rejection
+// both end on our side, so their ids may come again at once (an id still
+// unsettled would fail the link), and a late settlement from the peer is
+// ignored.
+func TestModeSecondOutcomesGoOutSettled(t *testing.T) {
 	ts, col := collectingServer(t, Config{MaxFrameSize: 4096, MaxMessageSize: 1000}, 4)
 	r := dialRaw(t, ts.addr)
 	r.open(frames.Open{})
@@ -252,24 +257,33 @@ func TestOversizeRejectedInModeSecond(t *testing.T) {
 		t.Fatalf("attach reply %+v", a)
 	}
 	expect[*frames.Flow](r)
+	next := func(want string) {
+		t.Helper()
+		select {
+		case got := <-col.deliveries:
+			if got.ID != 0 || string(got.Payload) != want {
+				t.Fatalf("delivery %+v", got)
+			}
+			if err := got.Settle(&frames.Accepted{}); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("delivery %q did not arrive", want)
+		}
+		if d := expect[*frames.Disposition](r); !d.Settled || d.First != 0 {
+			t.Fatalf("disposition %+v", d)
+		} else if _, ok := d.State.(*frames.Accepted); !ok {
+			t.Fatalf("disposition %+v", d)
+		}
+	}
+	r.transfer(0, 0, 0, false, []byte("one"))
+	next("one")
 	r.transfer(0, 0, 0, false, make([]byte, 2000))
 	d := expect[*frames.Disposition](r)
-	if _, ok := d.State.(*frames.Rejected); !ok {
+	if _, ok := d.State.(*frames.Rejected); !ok || !d.Settled {
 		t.Fatalf("disposition %+v", d)
 	}
-	if d.Settled {
-		t.Fatalf("rcv-settle-mode second, but the receiver settled first: %+v", d)
-	}
-	// The peer settles; the delivery is gone, so its id may come again
-	// (an id still unsettled would fail the link).
 	r.send(0, &frames.Disposition{Role: frames.RoleSender, First: 0, Settled: true, State: d.State}, nil)
-	r.transfer(0, 0, 0, false, []byte("small"))
-	select {
-	case got := <-col.deliveries:
-		if got.ID != 0 || string(got.Payload) != "small" {
-			t.Fatalf("delivery %+v", got)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the delivery after the settled rejection did not arrive")
-	}
+	r.transfer(0, 0, 0, false, []byte("two"))
+	next("two")
 }

@@ -32,7 +32,6 @@ type Link struct {
 	err       *frames.Error
 	inH       InboundHandler
 	outH      OutboundHandler
-	rcvSecond bool // rcv-settle-mode second (§2.8.3)
 	sndMode   frames.SenderSettleMode
 	maxSize   uint64 // inbound: enforced limit; outbound: the peer's (0: none)
 	burst     *Burst // see SetBurst
@@ -109,7 +108,6 @@ func (s *Session) onAttach(perf []byte) *frames.Error {
 		done:     make(chan struct{}),
 		sndMode:  a.SndSettleMode.Or(frames.SenderSettleMixed),
 	}
-	l.rcvSecond = a.RcvSettleMode.Or(frames.ReceiverSettleFirst) == frames.ReceiverSettleSecond
 	if l.inbound {
 		// Required from a sender (§2.7.3); a peer that omits it gets 0.
 		l.deliveryCount = a.InitialDeliveryCount.Or(0)
@@ -370,7 +368,7 @@ func (l *Link) owed() {
 	}
 	if l.inbound {
 		for id, d := range l.sess.inUnsettled {
-			if d.link == l && !d.handlerSettled && !d.peerSettled {
+			if d.link == l && !d.peerSettled {
 				await(id)
 			}
 		}

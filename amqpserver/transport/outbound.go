@@ -258,8 +258,9 @@ func (s *Session) onDisposition(perf []byte) *frames.Error {
 		}
 		return nil
 	}
-	// The peer sent these to us and settles them: either confirming our
-	// mode-second outcome or settling before we did (§2.6.12).
+	// The peer sent these to us and settles them before the handler did
+	// (§2.6.12). Our outcomes always go out settled, so a settlement
+	// after one finds nothing.
 	if span <= uint64(len(s.inUnsettled)) {
 		for i := uint64(0); i < span; i++ {
 			s.peerSettledIncoming(first+uint32(i), d.Settled)
@@ -294,10 +295,6 @@ func (s *Session) peerSettledIncoming(id uint32, settled bool) {
 	}
 	d, ok := s.inUnsettled[id]
 	if !ok {
-		return
-	}
-	if d.handlerSettled {
-		delete(s.inUnsettled, id)
 		return
 	}
 	d.peerSettled = true

@@ -254,8 +254,9 @@ func TestSendSettleModesEchoed(t *testing.T) {
 	}
 }
 
-// TestSendSecondMode covers rcv-settle-mode second on a peer sender: our
-// outcome goes out unsettled and the peer settles.
+// TestSendSecondMode covers rcv-settle-mode second on a go-amqp sender:
+// the mode is echoed (go-amqp fails the attach otherwise) and our settled
+// outcomes end its sends.
 func TestSendSecondMode(t *testing.T) {
 	ts := startServer(t, Config{}, nil)
 	rcv := amqp.ReceiverSettleModeSecond

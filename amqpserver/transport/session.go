@@ -36,16 +36,14 @@ type Session struct {
 	links    []*Link // by the peer's handle
 	outLinks []*Link // by our handle
 
-	inUnsettled  map[uint32]inDelivery  // incoming deliveries the handler holds or awaits the peer on
+	inUnsettled  map[uint32]inDelivery  // incoming deliveries the handler holds
 	outUnsettled map[uint32]outDelivery // our unsettled deliveries
 }
 
-// inDelivery tracks an incoming delivery until both sides settled it.
+// inDelivery tracks an incoming delivery until the handler settles it.
 type inDelivery struct {
-	link           *Link
-	peerSettled    bool // pre-settled, or settled by the peer since
-	second         bool // rcv-settle-mode second (§2.6.12)
-	handlerSettled bool // the handler's disposition is out, the peer's settle awaited
+	link        *Link
+	peerSettled bool // pre-settled, or settled by the peer since
 }
 
 // outDelivery is one of our unsettled deliveries.

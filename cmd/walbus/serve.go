@@ -45,6 +45,7 @@ type serveOptions struct {
 	segmentSize, cacheSize                                       int
 	procs                                                        int // 0: the runtime's default
 	authTimeout                                                  time.Duration
+	sessionWait                                                  time.Duration
 	shutdownTimeout, idleCheckpoint                              time.Duration
 }
 
@@ -101,6 +102,7 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.Var(byteSize{&o.maxMessageSize}, "max-message-size", "largest message a link carries, e.g. 1MiB (up to 100MiB; entities may be lower)")
 	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", 60*time.Second, "close connections silent this long (half is advertised)")
 	fs.DurationVar(&o.authTimeout, "auth-timeout", 20*time.Second, "close connections that authorise nothing within this time")
+	fs.DurationVar(&o.sessionWait, "session-wait", time.Minute, "how long a receiver for the next available session waits for one when its client names no com.microsoft:timeout (the Python SDK 7.8 names none)")
 	fs.DurationVar(&o.idleCheckpoint, "idle-checkpoint", 10*time.Second, "after this long without activity, a queue whose log holds records it no longer needs snapshots itself so that they can be deleted, and once the whole broker is that quiet it returns the memory it freed to the system; 0 never")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "longest graceful shutdown before exiting anyway")
 	fs.Var(procsFlag{&o.procs}, "procs", "GOMAXPROCS for the broker, over the environment's: a number, or auto (one while the broker uses well under a core of CPU, the runtime's default when it needs more: less CPU per message, slower at moderate fixed rates); default the runtime's choice")
@@ -373,7 +375,7 @@ func serve(args []string) int {
 	}
 
 	srv := amqpserver.New(b, amqpserver.Config{Keys: keys, Logger: logger, AuthTimeout: o.authTimeout,
-		Transport: withNoSASL(o.limits)})
+		SessionWait: o.sessionWait, Transport: withNoSASL(o.limits)})
 	metrics.SetConnections(srv.Stats)
 	listeners, err := listenAMQP(o, srv, logger)
 	if err != nil {
