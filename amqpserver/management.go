@@ -57,6 +57,7 @@ func (t *mgmtTarget) handle(req *rpcRequest, reply func(rpcResponse)) {
 		from, _ := number(body, "from-sequence-number")
 		count, _ := number(body, "message-count")
 		count = max(1, min(count, maxPeek))
+		omitBody, _ := body.Get("omit-message-body") // JS peekMessages' omitMessageBody
 		ds, err := t.e.Peek(t.queue, uint64(max(from, 1)), int(count), t.session(req))
 		if err != nil {
 			reply(failure(err))
@@ -71,6 +72,9 @@ func (t *mgmtTarget) handle(req *rpcRequest, reply func(rpcResponse)) {
 			d := &ds[i]
 			d.Token = log.LockToken{} // a peek does not hand out locks
 			b, err := outbound(nil, d)
+			if err == nil && omitBody == true {
+				b, err = withoutBody(b)
+			}
 			if err != nil {
 				reply(failure(err))
 				return

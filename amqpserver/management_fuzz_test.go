@@ -199,6 +199,7 @@ func managementSeeds() [][]byte {
 		encodeRequest(op("com.microsoft:renew-lock"), encoding.Map{{Key: "lock-tokens", Value: tokens}}),
 		encodeRequest(op("com.microsoft:peek-message"), encoding.Map{{Key: "from-sequence-number", Value: int64(1)}, {Key: "message-count", Value: int32(10)}}),
 		encodeRequest(op("com.microsoft:peek-message"), encoding.Map{{Key: "from-sequence-number", Value: int64(1)}, {Key: "message-count", Value: int32(10)}, {Key: "session-id", Value: "s1"}}),
+		encodeRequest(op("com.microsoft:peek-message"), encoding.Map{{Key: "from-sequence-number", Value: int64(1)}, {Key: "message-count", Value: int32(10)}, {Key: "omit-message-body", Value: true}}),
 		encodeRequest(op("com.microsoft:receive-by-sequence-number"), encoding.Map{{Key: "sequence-numbers", Value: longs}, {Key: "receiver-settle-mode", Value: uint32(1)}}),
 		encodeRequest(op("com.microsoft:receive-by-sequence-number"), encoding.Map{{Key: "sequence-numbers", Value: encoding.List{int64(2)}}, {Key: "receiver-settle-mode", Value: uint32(0)}}),
 		encodeRequest(op("com.microsoft:update-disposition"), encoding.Map{{Key: "lock-tokens", Value: tokens}, {Key: "disposition-status", Value: "suspended"},

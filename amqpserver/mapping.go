@@ -132,6 +132,15 @@ func newMessageID() string {
 	return u.String()
 }
 
+// withoutBody is an encoded delivery without its body sections.
+func withoutBody(b []byte) ([]byte, error) {
+	s, err := message.Parse(b)
+	if err != nil {
+		return nil, err
+	}
+	return message.AppendWithoutBody(nil, &s), nil
+}
+
 // outbound writes the payload of a delivery: the stored message with a new
 // header (the delivery count of earlier failed attempts and the effective
 // time to live), the lock token, the broker's annotations, and the

@@ -136,3 +136,14 @@ func AppendWithMessageID(dst []byte, s *Sections, id string) (out []byte, change
 	dst = encoding.EndList(dst, start, count)
 	return append(dst, s.Raw[s.Properties.End:]...), true, nil
 }
+
+// AppendWithoutBody writes s without its body sections: every other
+// section is copied unchanged. Service Bus peeks this way when asked to
+// omit message bodies.
+func AppendWithoutBody(dst []byte, s *Sections) []byte {
+	if !s.Body.Present() {
+		return append(dst, s.Raw...)
+	}
+	dst = append(dst, s.Raw[:s.Body.Start]...)
+	return append(dst, s.Raw[s.Body.End:]...)
+}

@@ -125,3 +125,46 @@ func TestAssignMessageID(t *testing.T) {
 		t.Fatalf("existing id: %v %v % x", changed, err, out)
 	}
 }
+
+// TestWithoutBody drops every body section, of each body kind, and keeps
+// the other sections byte for byte; a message without a body is copied.
+func TestWithoutBody(t *testing.T) {
+	for _, body := range []func(*amqp.Message){
+		func(m *amqp.Message) { m.Data = [][]byte{[]byte("one"), []byte("two")} },
+		func(m *amqp.Message) { m.Sequence = [][]any{{"a", int64(1)}, {"b"}} },
+		func(m *amqp.Message) { m.Value = map[string]any{"k": "v"} },
+	} {
+		in := clientMessage()
+		in.Data = nil
+		in.Footer = amqp.Annotations{"f": "footer"}
+		body(in)
+		s := mustParse(t, marshal(t, in))
+		out := AppendWithoutBody([]byte{0xee}, &s)
+		if out[0] != 0xee {
+			t.Fatal("prefix lost")
+		}
+		s2 := mustParse(t, out[1:])
+		if s2.Body.Present() || s2.BodyCount != 0 {
+			t.Fatalf("body kind %d still has %d body sections", s.BodyKind, s2.BodyCount)
+		}
+		for _, c := range []struct {
+			name      string
+			old, new_ Span
+		}{
+			{"header", s.Header, s2.Header}, {"message-annotations", s.MessageAnnotations, s2.MessageAnnotations},
+			{"properties", s.Properties, s2.Properties}, {"application-properties", s.ApplicationProperties, s2.ApplicationProperties},
+			{"footer", s.Footer, s2.Footer},
+		} {
+			if !c.old.Present() || !bytes.Equal(s.Bytes(c.old), s2.Bytes(c.new_)) {
+				t.Errorf("body kind %d: %s changed or missing", s.BodyKind, c.name)
+			}
+		}
+		if len(out)-1 != len(s.Raw)-(s.Body.End-s.Body.Start) {
+			t.Errorf("body kind %d: %d bytes, want %d", s.BodyKind, len(out)-1, len(s.Raw)-(s.Body.End-s.Body.Start))
+		}
+		again := mustParse(t, AppendWithoutBody(nil, &s2))
+		if !bytes.Equal(again.Raw, s2.Raw) {
+			t.Error("a message without a body changed")
+		}
+	}
+}

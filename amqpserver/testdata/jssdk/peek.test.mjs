@@ -7,6 +7,7 @@ import { brokerSuite, receiveAll, seqs } from "./harness.mjs";
 const { broker, test } = brokerSuite({
   peek: {},
   firstop: {},
+  omit: {},
 });
 
 test("peekMessages pages in sequence order and includes locked, deferred and scheduled messages", async () => {
@@ -90,4 +91,30 @@ test("peekMessages works as the first operation on a new connection", async () =
   // The same for the dead-letter subqueue's management node.
   const dlq = broker.client().createReceiver("firstop", { subQueueType: "deadLetter" });
   assert.deepEqual(await dlq.peekMessages(5), []);
+});
+
+test("peekMessages with omitMessageBody returns the messages without their bodies", async () => {
+  const client = broker.client();
+  await client.createSender("omit").sendMessages([
+    { body: "a string body", messageId: "omit-1", subject: "s", applicationProperties: { k: 7 } },
+    { body: { json: true }, messageId: "omit-2" },
+  ]);
+  const receiver = client.createReceiver("omit");
+  const Long = (await receiver.peekMessages(1))[0].sequenceNumber.constructor;
+  // omitMessageBody is an option of the SDK's that its types leave out.
+  const bare = await receiver.peekMessages(5, { fromSequenceNumber: Long.fromNumber(1), omitMessageBody: true });
+  assert.deepEqual(bare.map((m) => m.messageId), ["omit-1", "omit-2"]);
+  for (const m of bare) assert.equal(m.body, undefined, `${m.messageId} has a body`);
+  assert.equal(bare[0].subject, "s");
+  assert.deepEqual(bare[0].applicationProperties, { k: 7 });
+  assert.ok(bare[0].sequenceNumber.lessThan(bare[1].sequenceNumber));
+  assert.ok(bare[0].enqueuedTimeUtc instanceof Date);
+  // Without it, and with it false, the bodies are there.
+  for (const options of [{}, { omitMessageBody: false }]) {
+    const full = await receiver.peekMessages(5, { fromSequenceNumber: Long.fromNumber(1), ...options });
+    assert.deepEqual(full.map((m) => m.body), ["a string body", { json: true }]);
+  }
+  // The messages themselves keep their bodies.
+  const got = await receiveAll(receiver, 2);
+  assert.deepEqual(got.map((m) => m.body), ["a string body", { json: true }]);
 });
