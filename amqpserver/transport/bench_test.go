@@ -58,7 +58,7 @@ func runBenchServer() {
 		os.Exit(1)
 	}
 	go func() { _ = NewServer(Config{Logger: quietLogger}, nopHandler{}).Serve(ln) }()
-	// WALBUS_TRANSPORT_BENCH_PROFILE=file profiles the server alone.
+	// WALBUS_TRANSPORT_BENCH_SERVER_PROFILE=file profiles the server alone.
 	if path := os.Getenv(benchServerEnv + "_PROFILE"); path != "" {
 		if f, err := os.Create(path); err == nil {
 			_ = pprof.StartCPUProfile(f)
