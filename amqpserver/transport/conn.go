@@ -59,8 +59,9 @@ type Conn struct {
 	inlineSpare   []byte // out's next buffer after a burst's write
 	lastWrite     time.Time
 	raw           syscall.RawConn
-	sessions      []*Session // by the peer's channel
-	outChannels   []*Session // by our channel
+	ackRaw        syscall.RawConn // the TCP socket under TLS too; see ackSmallRead
+	sessions      []*Session      // by the peer's channel
+	outChannels   []*Session      // by our channel
 	sendScratch   frames.Transfer
 
 	wake       chan struct{} // something was appended to out
@@ -178,12 +179,16 @@ func (c *Conn) serve() error {
 		}
 		st := tc.ConnectionState()
 		c.info.TLS = &st
+		if t, ok := tc.NetConn().(*net.TCPConn); ok {
+			c.ackRaw, _ = t.SyscallConn()
+		}
 	}
 	if err := c.handshake(); err != nil {
 		return c.abort(err)
 	}
 	if tc, ok := c.nc.(*net.TCPConn); ok {
 		c.raw, _ = tc.SyscallConn()
+		c.ackRaw = c.raw
 	}
 	c.lastWrite = time.Now() // the handshake's
 	go c.writeLoop()

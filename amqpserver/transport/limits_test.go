@@ -3,6 +3,7 @@ package transport
 import (
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,4 +287,46 @@ func TestModeSecondOutcomesGoOutSettled(t *testing.T) {
 	r.send(0, &frames.Disposition{Role: frames.RoleSender, First: 0, Settled: true, State: d.State}, nil)
 	r.transfer(0, 0, 0, false, []byte("two"))
 	next("two")
+}
+
+// TestSmallReadsAcknowledgedAtOnce: a read of a small frame asks for an
+// immediate ACK (TCP_QUICKACK), so a peer with Nagle's algorithm on does
+// not wait out the delayed ACK before its next frame; a read of message
+// traffic does not (our dispositions carry its ACKs).
+func TestSmallReadsAcknowledgedAtOnce(t *testing.T) {
+	var acks atomic.Int32
+	setQuickAck = func(fd uintptr) {
+		acks.Add(1)
+		quickAck(fd)
+	}
+	t.Cleanup(func() { setQuickAck = quickAck })
+	ts, col := collectingServer(t, Config{MaxFrameSize: 65536}, 4)
+	r := dialRaw(t, ts.addr)
+	r.open(frames.Open{})
+	r.begin(0)
+	r.send(0, &frames.Attach{Name: "s", Handle: 0, Role: frames.RoleSender,
+		Source: &frames.Source{Address: "raw"}, Target: &frames.Target{Address: "q"}, InitialDeliveryCount: frames.Some[uint32](0)}, nil)
+	expect[*frames.Attach](r)
+	expect[*frames.Flow](r)
+	deliver := func(id uint32, payload []byte) int32 {
+		t.Helper()
+		before := acks.Load()
+		r.transfer(0, 0, id, false, payload)
+		select {
+		case d := <-col.deliveries:
+			if err := d.Settle(&frames.Accepted{}); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("delivery did not arrive")
+		}
+		expect[*frames.Disposition](r)
+		return acks.Load() - before
+	}
+	if n := deliver(0, []byte("small")); n == 0 {
+		t.Error("a small transfer's read asked for no quick ACK")
+	}
+	if n := deliver(1, make([]byte, 8000)); n != 0 {
+		t.Errorf("an 8000-byte transfer's read asked for %d quick ACKs", n)
+	}
 }
