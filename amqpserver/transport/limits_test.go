@@ -295,12 +295,15 @@ func TestModeSecondOutcomesGoOutSettled(t *testing.T) {
 // traffic does not (our dispositions carry its ACKs).
 func TestSmallReadsAcknowledgedAtOnce(t *testing.T) {
 	var acks atomic.Int32
-	setQuickAck = func(fd uintptr) {
-		acks.Add(1)
-		quickAck(fd)
-	}
-	t.Cleanup(func() { setQuickAck = quickAck })
-	ts, col := collectingServer(t, Config{MaxFrameSize: 65536}, 4)
+	h := newTestHandler()
+	col := newCollector(h, 4)
+	h.inbound = func(*Link) InboundHandler { return col }
+	ts := startServer(t, Config{MaxFrameSize: 65536}, h, func(s *Server) {
+		s.quickAck = func(fd uintptr) {
+			acks.Add(1)
+			quickAck(fd)
+		}
+	})
 	r := dialRaw(t, ts.addr)
 	r.open(frames.Open{})
 	r.begin(0)

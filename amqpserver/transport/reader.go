@@ -146,11 +146,8 @@ func (c *Conn) ackSmallRead(n int) {
 	if n <= 0 || n >= smallRead || c.ackRaw == nil {
 		return
 	}
-	_ = c.ackRaw.Control(setQuickAck)
+	_ = c.ackRaw.Control(c.srv.quickAck)
 }
-
-// setQuickAck is quickAck; tests count its calls.
-var setQuickAck = quickAck
 
 // armReadDeadline runs before every blocking read: it releases held
 // writer wakes and applies our idle time-out (§2.4.5) or, once our close

@@ -14,7 +14,8 @@ import (
 type Server struct {
 	cfg           Config
 	handler       Handler
-	sessionWindow uint32 // incoming-window per session; tests lower it
+	sessionWindow uint32           // incoming-window per session; tests lower it
+	quickAck      func(fd uintptr) // see Conn.ackSmallRead; tests count its calls
 
 	nextID atomic.Uint64
 	active atomic.Int64 // connections counted against MaxConnections
@@ -34,6 +35,7 @@ func NewServer(cfg Config, h Handler) *Server {
 		cfg:           cfg.withDefaults(),
 		handler:       h,
 		sessionWindow: defaultSessionWindow,
+		quickAck:      quickAck,
 		listeners:     make(map[net.Listener]struct{}),
 		conns:         make(map[*Conn]struct{}),
 	}
