@@ -84,3 +84,33 @@ func TestKeysFromFlagsAndFile(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// --session-wait bounds the wait of a receiver for the next available
+// session whose client names no com.microsoft:timeout (the Python SDK's):
+// with 200ms it is refused with com.microsoft:timeout well inside the
+// test's 20 s, where the default would wait a minute.
+func TestSessionWaitFlag(t *testing.T) {
+	cfg := writeConfig(t, "sq", `"RequiresSession": true`)
+	p := startWalbus(t, t.TempDir(), "--config", cfg, "--session-wait", "200ms")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := amqp.Dial(ctx, "amqp://"+p.amqp, &amqp.ConnOptions{SASLType: amqp.SASLTypePlain("RootManageSharedAccessKey", "SAS_KEY_VALUE")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	s, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := amqp.ReceiverSettleModeSecond
+	_, err = s.NewReceiver(ctx, "sq", &amqp.ReceiverOptions{
+		SettlementMode: &second,
+		// A session filter with a null value: the next available session.
+		Filters: []amqp.LinkFilter{amqp.NewLinkFilter("com.microsoft:session-filter", 0x00000137_0000000C, nil)},
+	})
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Condition != "com.microsoft:timeout" {
+		t.Fatalf("attach for the next session: %v, want a com.microsoft:timeout detach", err)
+	}
+}

@@ -222,6 +222,9 @@ func parseServe(args []string) (*serveOptions, error) {
 	if o.idleCheckpoint < 0 {
 		return nil, errors.New("--idle-checkpoint cannot be negative")
 	}
+	if o.sessionWait <= 0 {
+		return nil, errors.New("--session-wait must be positive")
+	}
 	if o.cacheSize < 0 {
 		return nil, errors.New("--cache-size cannot be negative")
 	}

@@ -70,6 +70,7 @@ func TestCommandLine(t *testing.T) {
 		{"size that overflows, from the environment", []string{"WALBUS_MAX_FRAME_SIZE=17179869185GiB"}, []string{"serve"}, 2, "too large"},
 		{"bad env", []string{"WALBUS_LOG_LEVEL=loud"}, []string{"serve"}, 2, `unknown log level "loud"`},
 		{"bad env for a typed flag", []string{"WALBUS_MAX_CONNECTIONS=many"}, []string{"serve"}, 2, "WALBUS_MAX_CONNECTIONS"},
+		{"no session wait", nil, []string{"serve", "--session-wait", "0s"}, 2, "--session-wait must be positive"},
 		{"amqps without a certificate", nil, []string{"serve", "--amqps", "127.0.0.1:0"}, 2, "need --tls-cert"},
 		{"bad config", nil, []string{"serve", "--data", t.TempDir(), "--amqp", "127.0.0.1:0", "--http", "",
 			"--config", bad}, 2, bad + ":3:"},
