@@ -179,10 +179,16 @@ func (c *Conn) refuseOpen(e *frames.Error) error {
 	return fmt.Errorf("%w: %s", errBadOpen, e.Error())
 }
 
+// appendOpen writes our open. It announces as our max-frame-size the
+// frame size both sides allow (outFrameSize), not our own limit alone: we
+// read frames up to that limit anyway, and uAMQP (the Python SDK) splits
+// its transfers at the size we announce but cannot encode a frame above
+// its own, so every message larger than its 64 KiB failed when we
+// announced 256 KiB.
 func (c *Conn) appendOpen(dst []byte) []byte {
 	open := frames.Open{
 		ContainerID:  c.cfg.ContainerID,
-		MaxFrameSize: frames.Some(c.cfg.MaxFrameSize),
+		MaxFrameSize: frames.Some(c.outFrameSize),
 		ChannelMax:   frames.Some(uint16(c.cfg.MaxSessions - 1)),
 		IdleTimeout:  uint32(c.cfg.IdleTimeout / 2 / time.Millisecond),
 		Properties:   c.cfg.Properties,

@@ -54,3 +54,24 @@ func TestChannelMaxNeverZero(t *testing.T) {
 		t.Fatalf("channel-max %+v", o.ChannelMax)
 	}
 }
+
+// TestOpenAnnouncesTheSmallerFrameSize: our open announces the frame size
+// both sides allow, so a peer that splits its transfers at the size we
+// announce never makes a frame above its own limit (uAMQP encodes nothing
+// larger than the 64 KiB it announces); a peer with no limit gets ours.
+func TestOpenAnnouncesTheSmallerFrameSize(t *testing.T) {
+	ts := startServer(t, Config{MaxFrameSize: 256 << 10}, nil)
+	for _, c := range []struct {
+		peer frames.Optional[uint32]
+		want uint32
+	}{
+		{frames.Some[uint32](65536), 65536},
+		{frames.Some[uint32](1 << 20), 256 << 10},
+		{frames.Optional[uint32]{}, 256 << 10},
+	} {
+		r := dialRaw(t, ts.addr)
+		if o := r.open(frames.Open{MaxFrameSize: c.peer}); o.FrameSizeLimit() != c.want {
+			t.Errorf("peer max-frame-size %+v: we announced %d, want %d", c.peer, o.FrameSizeLimit(), c.want)
+		}
+	}
+}
