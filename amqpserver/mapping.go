@@ -81,6 +81,13 @@ func inbound(payload []byte, format uint32) ([]projection.Message, error) {
 
 func inboundOne(raw []byte) (projection.Message, error) {
 	s, err := message.Parse(raw)
+	if errors.Is(err, message.ErrSectionOrder) {
+		// uAMQP (the Python SDK) misplaces footers and delivery
+		// annotations; Service Bus takes such messages.
+		if raw, err = message.Reorder(raw); err == nil {
+			s, err = message.Parse(raw)
+		}
+	}
 	if err != nil {
 		return projection.Message{}, fmt.Errorf("%w: %v", errBadMessage, err)
 	}

@@ -113,6 +113,10 @@ var ErrInvalidMessage = fmt.Errorf("%w: invalid message", encoding.ErrDecode)
 
 var errUnknownSection = errors.New("unknown section descriptor")
 
+// ErrSectionOrder is matched by a Parse failure for sections out of
+// grammar order, which Reorder may mend.
+var ErrSectionOrder = fmt.Errorf("%w: sections out of order", ErrInvalidMessage)
+
 // rank orders the sections as the grammar requires; body sections share
 // one rank.
 func rank(code uint64) int {
@@ -158,7 +162,7 @@ func Parse(raw []byte) (Sections, error) {
 func (s *Sections) place(code uint64, sp Span, last int) error {
 	repeat := rank(code) == last
 	if rank(code) < last || (repeat && !s.bodyContinues(code)) {
-		return fmt.Errorf("%w: section 0x%x at %d is out of order or repeated", ErrInvalidMessage, code, sp.Start)
+		return fmt.Errorf("%w: section 0x%x at %d is out of order or repeated", ErrSectionOrder, code, sp.Start)
 	}
 	switch code {
 	case CodeHeader:

@@ -11,6 +11,12 @@ from azure.servicebus import (
     ServiceBusReceiveMode,
     ServiceBusSubQueue,
 )
+from azure.servicebus.amqp import (
+    AmqpAnnotatedMessage,
+    AmqpMessageBodyType,
+    AmqpMessageHeader,
+    AmqpMessageProperties,
+)
 from azure.servicebus.exceptions import MessageLockLostError
 
 from harness import BrokerTestCase, body, receive_all, unique_id
@@ -28,6 +34,7 @@ class SendReceiveTest(BrokerTestCase):
         "peek": {},
         "stream": {},
         "large": {},
+        "raw": {},
     }
 
     def test_properties_round_trip(self):
@@ -233,3 +240,39 @@ class SendReceiveTest(BrokerTestCase):
             self.assertEqual([b"".join(m.body) for m in got], payloads)
             for m in got:
                 r.complete_message(m)
+
+    def test_raw_amqp_messages(self):
+        # AMQP value and sequence bodies, and a message with every section:
+        # uAMQP writes its footer and delivery annotations before the body,
+        # out of the grammar's order, and the broker puts them in order.
+        sent = [
+            AmqpAnnotatedMessage(value_body={"k": 1, "list": [1, "two"]}),
+            AmqpAnnotatedMessage(sequence_body=[[1, 2], ["a"]]),
+            AmqpAnnotatedMessage(
+                data_body=[b"part1", b"part2"],
+                header=AmqpMessageHeader(priority=7),
+                footer={"f": "foot"},
+                delivery_annotations={"da": 1},
+                annotations={"x-custom": "ann"},
+                properties=AmqpMessageProperties(message_id="raw-1", user_id=b"user", content_encoding="gzip"),
+                application_properties={"a": 1},
+            ),
+        ]
+        with self.sb.get_queue_sender("raw") as s:
+            for m in sent:
+                s.send_messages(m)
+        with self.sb.get_queue_receiver("raw", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as r:
+            got = [m.raw_amqp_message for m in receive_all(r, 3)]
+        self.assertEqual([m.body_type for m in got],
+                         [AmqpMessageBodyType.VALUE, AmqpMessageBodyType.SEQUENCE, AmqpMessageBodyType.DATA])
+        self.assertEqual(got[0].body, {b"k": 1, b"list": [1, b"two"]})
+        self.assertEqual(list(got[1].body), [[1, 2], [b"a"]])
+        full = got[2]
+        self.assertEqual(list(full.body), [b"part1", b"part2"])
+        self.assertEqual(full.footer, {b"f": b"foot"})
+        self.assertEqual(full.header.priority, 7)
+        self.assertEqual(full.annotations[b"x-custom"], b"ann")
+        self.assertEqual(full.properties.message_id, b"raw-1")
+        self.assertEqual(full.properties.user_id, b"user")
+        self.assertEqual(full.properties.content_encoding, b"gzip")
+        self.assertEqual(full.application_properties, {b"a": 1})
