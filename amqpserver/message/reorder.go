@@ -22,26 +22,20 @@ func Reorder(raw []byte) ([]byte, error) {
 	)
 	r := encoding.NewReader(raw)
 	for r.Len() > 0 {
-		start := r.Offset()
-		code, err := readSectionCode(&r)
+		code, sp, err := nextSection(&r)
 		if err != nil {
-			return nil, fmt.Errorf("%w: section at %d: %w", ErrInvalidMessage, start, err)
+			return nil, err
 		}
-		value := r.Offset()
-		if err := checkSectionValue(&r, code); err != nil {
-			return nil, fmt.Errorf("%w: section 0x%x at %d: %w", ErrInvalidMessage, code, start, err)
-		}
-		sp := Span{Start: start, Value: value, End: r.Offset()}
 		switch code {
 		case CodeData, CodeAMQPSequence, CodeAMQPValue:
 			if len(bodies) > 0 && (code != kind || code == CodeAMQPValue) {
-				return nil, fmt.Errorf("%w: body section 0x%x at %d after body section 0x%x", ErrInvalidMessage, code, start, kind)
+				return nil, fmt.Errorf("%w: body section 0x%x at %d after body section 0x%x", ErrInvalidMessage, code, sp.Start, kind)
 			}
 			kind = code
 			bodies = append(bodies, sp)
 		default:
 			if once[code].Present() {
-				return nil, fmt.Errorf("%w: section 0x%x at %d is repeated", ErrInvalidMessage, code, start)
+				return nil, fmt.Errorf("%w: section 0x%x at %d is repeated", ErrInvalidMessage, code, sp.Start)
 			}
 			once[code] = sp
 		}

@@ -140,22 +140,30 @@ func Parse(raw []byte) (Sections, error) {
 	r := encoding.NewReader(raw)
 	last := 0
 	for r.Len() > 0 {
-		start := r.Offset()
-		code, err := readSectionCode(&r)
+		code, sp, err := nextSection(&r)
 		if err != nil {
-			return s, fmt.Errorf("%w: section at %d: %w", ErrInvalidMessage, start, err)
+			return s, err
 		}
-		value := r.Offset()
-		if err := checkSectionValue(&r, code); err != nil {
-			return s, fmt.Errorf("%w: section 0x%x at %d: %w", ErrInvalidMessage, code, start, err)
-		}
-		sp := Span{Start: start, Value: value, End: r.Offset()}
 		if err := s.place(code, sp, last); err != nil {
 			return s, err
 		}
 		last = rank(code)
 	}
 	return s, nil
+}
+
+// nextSection reads the section at r: its code and where it sits.
+func nextSection(r *encoding.Reader) (uint64, Span, error) {
+	start := r.Offset()
+	code, err := readSectionCode(r)
+	if err != nil {
+		return 0, Span{}, fmt.Errorf("%w: section at %d: %w", ErrInvalidMessage, start, err)
+	}
+	value := r.Offset()
+	if err := checkSectionValue(r, code); err != nil {
+		return 0, Span{}, fmt.Errorf("%w: section 0x%x at %d: %w", ErrInvalidMessage, code, start, err)
+	}
+	return code, Span{Start: start, Value: value, End: r.Offset()}, nil
 }
 
 // place records a section, enforcing order and repetition rules.
