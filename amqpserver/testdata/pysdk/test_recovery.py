@@ -1,6 +1,6 @@
-"""The Python SDK across broker restarts: a client carries on after a
-graceful restart and after kill -9, and nothing the broker acknowledged
-is lost."""
+"""The Python SDK across broker restarts: a sender and a receiver carry on
+after a graceful restart and after kill -9, nothing the broker
+acknowledged is lost, and no completed message comes back."""
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode
 
@@ -8,7 +8,7 @@ from harness import BrokerTestCase, body, receive_all
 
 
 class RecoveryTest(BrokerTestCase):
-    QUEUES = {"durable": {}}
+    QUEUES = {"durable": {}, "receiving": {}}
 
     def test_restart_and_crash(self):
         sender = self.sb.get_queue_sender("durable")
@@ -24,3 +24,18 @@ class RecoveryTest(BrokerTestCase):
         with self.sb.get_queue_receiver("durable", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as r:
             got = receive_all(r, len(sent))
         self.assertEqual([body(m) for m in got], sent)
+
+    def test_a_receiver_carries_on_after_kill_9(self):
+        with self.sb.get_queue_sender("receiving") as s:
+            s.send_messages([ServiceBusMessage(f"m{i}") for i in range(6)])
+        with self.sb.get_queue_receiver("receiving", max_wait_time=5) as r:
+            first = receive_all(r, 3)
+            for m in first:
+                r.complete_message(m)  # acknowledged: gone for good
+            self.broker.restart(crash=True)
+            rest = receive_all(r, 3)
+            for m in rest:
+                r.complete_message(m)
+        self.assertEqual([body(m) for m in first + rest], [f"m{i}" for i in range(6)])
+        with self.sb.get_queue_receiver("receiving", max_wait_time=2) as r:
+            self.assertEqual(r.receive_messages(max_wait_time=2), [])
