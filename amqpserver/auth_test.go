@@ -58,35 +58,13 @@ func startRawWith(t *testing.T, cfg Config, opts broker.Options) (*broker.Broker
 // putTokenRaw performs a CBS put-token with go-amqp, as the SDKs do.
 func putTokenRaw(t *testing.T, conn *amqp.Conn, audience, token string) (int32, string) {
 	t.Helper()
-	ctx := ctxT(t)
-	sess, err := conn.NewSession(ctx, nil)
+	sess, err := conn.NewSession(ctxT(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sess.Close(ctx)
-	snd, err := sess.NewSender(ctx, "$cbs", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rcv, err := sess.NewReceiver(ctx, "$cbs", &amqp.ReceiverOptions{TargetAddress: "cbs-reply", Credit: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := &amqp.Message{
-		Properties:            &amqp.MessageProperties{MessageID: "req-1", ReplyTo: strPtr("cbs-reply")},
-		ApplicationProperties: map[string]any{"operation": "put-token", "type": sasTokenType, "name": audience, "expiration": "0"},
-		Value:                 token,
-	}
-	if err := snd.Send(ctx, msg, nil); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := rcv.Receive(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.Properties == nil || resp.Properties.CorrelationID != "req-1" {
-		t.Fatalf("response correlation %+v", resp.Properties)
-	}
+	defer sess.Close(ctxT(t))
+	resp := newMgmtClient(t, sess, "$cbs").request(
+		map[string]any{"operation": "put-token", "type": sasTokenType, "name": audience, "expiration": "0"}, token)
 	status, _ := resp.ApplicationProperties["status-code"].(int32)
 	desc, _ := resp.ApplicationProperties["status-description"].(string)
 	return status, desc

@@ -1,7 +1,6 @@
 package amqpserver
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -10,65 +9,6 @@ import (
 	"github.com/Azure/go-amqp"
 	"github.com/walbus/walbus/projection"
 )
-
-// mgmtClient makes $management requests over go-amqp as the SDKs do: an
-// unsettled request on a sender link to the node, the reply on a receiver
-// link whose target is the request's reply-to.
-type mgmtClient struct {
-	t   *testing.T
-	snd *amqp.Sender
-	rcv *amqp.Receiver
-	n   int
-}
-
-func newMgmtClient(t *testing.T, sess *amqp.Session, node string) *mgmtClient {
-	t.Helper()
-	snd, err := sess.NewSender(ctxT(t), node, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rcv, err := sess.NewReceiver(ctxT(t), node, &amqp.ReceiverOptions{TargetAddress: "mgmt-reply", Credit: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &mgmtClient{t: t, snd: snd, rcv: rcv}
-}
-
-// call sends operation op with body and returns the reply's status code,
-// error condition and body.
-func (m *mgmtClient) call(op string, body map[string]any) (status int32, condition string, reply map[string]any) {
-	m.t.Helper()
-	m.n++
-	id := fmt.Sprintf("req-%d", m.n)
-	req := &amqp.Message{
-		Properties:            &amqp.MessageProperties{MessageID: id, ReplyTo: strPtr("mgmt-reply")},
-		ApplicationProperties: map[string]any{"operation": op},
-		Value:                 body,
-	}
-	if err := m.snd.Send(ctxT(m.t), req, nil); err != nil {
-		m.t.Fatal(err)
-	}
-	resp, err := m.rcv.Receive(ctxT(m.t), nil)
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	if err := m.rcv.AcceptMessage(ctxT(m.t), resp); err != nil {
-		m.t.Fatal(err)
-	}
-	if resp.Properties == nil || resp.Properties.CorrelationID != id {
-		m.t.Fatalf("%s: reply correlated to %+v, want %s", op, resp.Properties, id)
-	}
-	status, _ = resp.ApplicationProperties["statusCode"].(int32)
-	switch cond := resp.ApplicationProperties["errorCondition"].(type) {
-	case string: // how go-amqp reads a symbol
-		condition = cond
-	case nil:
-	default:
-		m.t.Fatalf("%s: errorCondition is a %T", op, cond)
-	}
-	reply, _ = resp.Value.(map[string]any)
-	return status, condition, reply
-}
 
 // batchDelete asks for count messages enqueued before before (zero: no
 // cut-off) and returns how many went, failing the test unless the reply is

@@ -159,8 +159,8 @@ func (l *Link) resetAssembly() {
 	a.buf = reusable(a.buf)
 }
 
-// trackIncoming records an incoming delivery that is not settled on both
-// sides yet; a delivery-id still unsettled fails the link (false).
+// trackIncoming records an incoming delivery until the handler settles
+// it; a delivery-id still unsettled fails the link (false).
 func (l *Link) trackIncoming(id uint32, d inDelivery) bool {
 	if old, dup := l.sess.inUnsettled[id]; dup && old.link != nil {
 		l.fail(newError(CondNotAllowed, "delivery-id of an unsettled delivery reused"))
@@ -242,8 +242,7 @@ func (l *Link) Settle(id uint32, state frames.DeliveryState) error {
 		return ErrUnknownDelivery
 	}
 	if l.state == linkAnswering {
-		// The peer detached: the outcome goes out settled, as no
-		// settlement of its own can follow.
+		// The peer detached and awaits this outcome before our detach.
 		delete(s.inUnsettled, id)
 		delete(l.awaiting, id)
 		c.appendDisposition(s.outChannel, frames.RoleReceiver, id, true, state)
