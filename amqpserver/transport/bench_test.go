@@ -26,7 +26,12 @@ import (
 const benchServerEnv = "WALBUS_TRANSPORT_BENCH_SERVER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(benchServerEnv) != "" {
+	switch os.Getenv(benchServerEnv) {
+	case "":
+	case floorServer:
+		runFloorServer()
+		os.Exit(0)
+	default:
 		runBenchServer()
 		os.Exit(0)
 	}
@@ -49,8 +54,7 @@ var (
 	quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 )
 
-// runBenchServer serves on loopback, prints the address, then answers each
-// "cpu" line on stdin with the process's user+system CPU in nanoseconds.
+// runBenchServer serves on loopback and reports its CPU (answerCPU).
 func runBenchServer() {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -65,7 +69,13 @@ func runBenchServer() {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	fmt.Println(ln.Addr())
+	answerCPU(ln.Addr())
+}
+
+// answerCPU prints the server's address, then answers each "cpu" line on
+// stdin with the process's user+system CPU in nanoseconds.
+func answerCPU(addr net.Addr) {
+	fmt.Println(addr)
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		fmt.Println(processCPU().Nanoseconds())
@@ -191,10 +201,13 @@ type benchServer struct {
 	cpu  func() time.Duration
 }
 
-// startBenchServer runs this test binary as a server (see TestMain).
-func startBenchServer(b *testing.B) *benchServer {
+// startBenchServer runs this test binary as our server (see TestMain).
+func startBenchServer(b *testing.B) *benchServer { return startServerProcess(b, "1") }
+
+// startServerProcess runs this test binary as the server kind names.
+func startServerProcess(b *testing.B, kind string) *benchServer {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), benchServerEnv+"=1")
+	cmd.Env = append(os.Environ(), benchServerEnv+"="+kind)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
