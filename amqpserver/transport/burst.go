@@ -120,6 +120,16 @@ func (c *Conn) flushBurst() {
 		c.mu.Unlock()
 		return
 	}
+	c.writeInline(testHookBurstWrote)
+	c.mu.Unlock()
+}
+
+// writeInline writes out on the calling goroutine with non-blocking
+// writes; what the socket does not take goes to the writer. Called with mu
+// held, no write under way and out not empty; mu is released meanwhile
+// and held again on return. wrote, if not nil, runs after the write,
+// before mu is taken again (tests).
+func (c *Conn) writeInline(wrote func()) {
 	buf := c.out
 	c.out = c.inlineSpare[:0]
 	c.inlineSpare = nil
@@ -128,8 +138,8 @@ func (c *Conn) flushBurst() {
 	c.mu.Unlock()
 
 	n := c.tryWrite(buf)
-	if testHookBurstWrote != nil {
-		testHookBurstWrote()
+	if wrote != nil {
+		wrote()
 	}
 
 	c.mu.Lock()
@@ -156,7 +166,6 @@ func (c *Conn) flushBurst() {
 	if len(c.out) > 0 {
 		c.wakeWriter()
 	}
-	c.mu.Unlock()
 }
 
 // tryWrite writes buf with non-blocking writes until the socket takes no

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -196,5 +198,33 @@ func TestBurstLargerThanTheSocketKeepsItsOrder(t *testing.T) {
 		if !bytes.Equal(f.payload, payload(i)) {
 			t.Fatalf("transfer %d corrupted", i)
 		}
+	}
+}
+
+// Output the reader makes while it handles input (an attach's answer, a
+// transfer sent as soon as credit arrives) leaves by the reader's own
+// write, without waking the connection's writer.
+func TestReaderWritesItsOwnOutput(t *testing.T) {
+	var wakes atomic.Int32
+	testHookWriterWoken = func() { wakes.Add(1) }
+	t.Cleanup(func() { testHookWriterWoken = nil })
+	ts := startServer(t, Config{}, nil)
+	r := dialRaw(t, ts.addr)
+	r.open(frames.Open{})
+	r.begin(0)
+	before := wakes.Load()
+	for i := range 5 {
+		r.attachReceiver(0, uint32(i), fmt.Sprintf("r%d", i), frames.ReceiverSettleFirst)
+	}
+	o := ts.h.nextOut(t)
+	o.settled = true
+	o.push([]byte("queued before credit"))
+	r.send(0, &frames.Flow{NextIncomingID: frames.Some[uint32](0), IncomingWindow: 5000, OutgoingWindow: 100,
+		Handle: frames.Some[uint32](0), DeliveryCount: frames.Some[uint32](0), LinkCredit: frames.Some[uint32](1)}, nil)
+	if f := r.next(); string(f.payload) != "queued before credit" {
+		t.Fatalf("got %T %q, want the transfer", f.p, f.payload)
+	}
+	if n := wakes.Load() - before; n != 0 {
+		t.Fatalf("the writer was woken %d times for output the reader made", n)
 	}
 }
