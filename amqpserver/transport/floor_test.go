@@ -156,75 +156,83 @@ func (f *floorClient) stream(b *testing.B, n, inflight int, d time.Duration) {
 	f.waitAcked(b, base+int64(n))
 }
 
+// floorPair is a benchmark's two server processes, ours and the floor,
+// with a client for each.
+type floorPair struct {
+	srv, floor *benchServer
+	snd        *amqp.Sender
+	fc         *floorClient
+}
+
+func startFloorPair(b *testing.B) *floorPair {
+	p := &floorPair{srv: startBenchServer(b), floor: startServerProcess(b, floorServer)}
+	p.snd = benchSender(b, p.srv.addr)
+	p.fc = dialFloor(b, p.floor.addr)
+	return p
+}
+
+// measure runs ours against our server, then floor (told how long ours
+// took) against the floor server, and reports the CPU per message each
+// server spent meanwhile.
+func (p *floorPair) measure(b *testing.B, ours func(), floor func(took time.Duration)) {
+	b.ResetTimer()
+	before := p.srv.cpu()
+	start := time.Now()
+	ours()
+	took := time.Since(start)
+	oursCPU := p.srv.cpu() - before
+	before = p.floor.cpu()
+	floor(took)
+	floorCPU := p.floor.cpu() - before
+	b.StopTimer()
+	b.ReportMetric(float64(oursCPU.Nanoseconds())/float64(b.N), "server-ns/msg")
+	b.ReportMetric(float64(floorCPU.Nanoseconds())/float64(b.N), "floor-ns/msg")
+	b.ReportMetric(float64(b.N)/took.Seconds(), "msgs/s")
+}
+
 // BenchmarkFloorStream runs BenchmarkServerCPU's load (one go-amqp
 // sender, 256 in flight) against our server, then the same number of
 // records against the floor server, spread over the same time: at the
 // same rate, the kernel's and the runtime's cost per message is the same
 // for both, so floor-ns/msg is the least server-ns/msg could be.
 func BenchmarkFloorStream(b *testing.B) {
-	srv := startBenchServer(b)
-	snd := benchSender(b, srv.addr)
-	floor := startServerProcess(b, floorServer)
-	fc := dialFloor(b, floor.addr)
-	sendPipelined(b, snd, 2000, 256, 1024) // warm up
-	fc.stream(b, 2000, 256, 0)
-	b.ResetTimer()
-	before := srv.cpu()
-	start := time.Now()
-	sendPipelined(b, snd, b.N, 256, 1024)
-	took := time.Since(start)
-	ours := srv.cpu() - before
-	before = floor.cpu()
-	fc.stream(b, b.N, 256, took)
-	floorCPU := floor.cpu() - before
-	b.StopTimer()
-	b.ReportMetric(float64(ours.Nanoseconds())/float64(b.N), "server-ns/msg")
-	b.ReportMetric(float64(floorCPU.Nanoseconds())/float64(b.N), "floor-ns/msg")
-	b.ReportMetric(float64(b.N)/took.Seconds(), "msgs/s")
+	p := startFloorPair(b)
+	sendPipelined(b, p.snd, 2000, 256, 1024) // warm up
+	p.fc.stream(b, 2000, 256, 0)
+	p.measure(b,
+		func() { sendPipelined(b, p.snd, b.N, 256, 1024) },
+		func(took time.Duration) { p.fc.stream(b, b.N, 256, took) })
 }
 
-// BenchmarkFloorPaced sends one message at a time, each after
-// the last one's outcome and no sooner than 200 µs after the last one
-// began (at most 5,000/s, as a client sending on its own at a moderate
-// rate would), first through go-amqp to our server, then as records to
-// the floor server. Each message then pays for its own wake-ups and
-// syscalls on both sides: this is the cost per request and response of
-// a server at a fixed rate, where nothing is shared with the next
-// message.
+// BenchmarkFloorPaced sends one message at a time, each after the last
+// one's outcome and no sooner than 200 µs after the last one began (at
+// most 5,000/s, as a client sending on its own at a moderate rate
+// would), first through go-amqp to our server, then as records to the
+// floor server. Each message then pays for its own wake-ups and syscalls
+// on both sides: this is the cost per request and response of a server
+// at a fixed rate, where nothing is shared with the next message.
 func BenchmarkFloorPaced(b *testing.B) {
-	const gap = 200 * time.Microsecond
-	srv := startBenchServer(b)
-	snd := benchSender(b, srv.addr)
-	floor := startServerProcess(b, floorServer)
-	fc := dialFloor(b, floor.addr)
-	sendPipelined(b, snd, 200, 1, 1024) // warm up
-	fc.stream(b, 200, 1, 0)
+	p := startFloorPair(b)
+	sendPipelined(b, p.snd, 200, 1, 1024) // warm up
+	p.fc.stream(b, 200, 1, 0)
 	msg := amqp.NewMessage(make([]byte, 1024))
-	b.ResetTimer()
-	before := srv.cpu()
-	start := time.Now()
-	tick := time.NewTicker(gap)
+	tick := time.NewTicker(200 * time.Microsecond)
 	defer tick.Stop()
-	for range b.N {
-		<-tick.C
-		if err := snd.Send(context.Background(), msg, nil); err != nil {
-			b.Fatal(err)
+	p.measure(b, func() {
+		for range b.N {
+			<-tick.C
+			if err := p.snd.Send(context.Background(), msg, nil); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
-	took := time.Since(start)
-	ours := srv.cpu() - before
-	before = floor.cpu()
-	base := fc.acked.Load()
-	for i := range b.N {
-		<-tick.C
-		if _, err := fc.nc.Write(fc.record); err != nil {
-			b.Fatal(err)
+	}, func(time.Duration) {
+		base := p.fc.acked.Load()
+		for i := range b.N {
+			<-tick.C
+			if _, err := p.fc.nc.Write(p.fc.record); err != nil {
+				b.Fatal(err)
+			}
+			p.fc.waitAcked(b, base+int64(i)+1)
 		}
-		fc.waitAcked(b, base+int64(i)+1)
-	}
-	floorCPU := floor.cpu() - before
-	b.StopTimer()
-	b.ReportMetric(float64(ours.Nanoseconds())/float64(b.N), "server-ns/msg")
-	b.ReportMetric(float64(floorCPU.Nanoseconds())/float64(b.N), "floor-ns/msg")
-	b.ReportMetric(float64(b.N)/took.Seconds(), "msgs/s")
+	})
 }
