@@ -172,7 +172,8 @@ func (c *Conn) writeInline(wrote func()) {
 // more and returns how much it took; errors are left for the writer to
 // find. It goes round the poller (Control, not RawConn.Write), so a write
 // deadline the writer set for a write long finished does not refuse it;
-// the writer and a burst never write at once (writing).
+// no two writers (the writer, a burst, the reader) write at once
+// (writing).
 func (c *Conn) tryWrite(buf []byte) int {
 	var n int
 	_ = c.raw.Control(func(fd uintptr) {

@@ -53,10 +53,10 @@ type Conn struct {
 	deadlineAt    time.Time  // when the idle read deadline was last pushed out
 	outDrained    *sync.Cond // on mu
 	writerDead    bool
-	writing       bool   // a socket write is under way (writer or burst)
+	writing       bool   // a socket write is under way (writer, burst or reader)
 	burst         *Burst // the open burst the output being queued belongs to
 	burstWake     bool   // a writer wake deferred to a burst's Close
-	inlineSpare   []byte // out's next buffer after a burst's write
+	inlineSpare   []byte // out's next buffer after an inline write (writeInline)
 	lastWrite     time.Time
 	raw           syscall.RawConn
 	ackRaw        syscall.RawConn // the TCP socket under TLS too; see ackSmallRead

@@ -17,7 +17,8 @@ var testHookWriterWoken func()
 // writeLoop is the connection's writer. Producers append whole frames to
 // c.out under mu and wake it; it swaps the buffer out and writes everything
 // queued with one call, so a burst of frames costs one syscall. A Burst's
-// Close may write instead (flushBurst), never at the same time (writing).
+// Close or the reader may write instead (writeInline), never at the same
+// time (writing).
 func (c *Conn) writeLoop() {
 	defer close(c.writerDone)
 	var tick <-chan time.Time
