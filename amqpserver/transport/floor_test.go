@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -31,6 +32,7 @@ const floorServer = "floor"
 func runFloorServer() {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		fmt.Println("error", err)
 		os.Exit(1)
 	}
 	go func() {
