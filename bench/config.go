@@ -87,6 +87,7 @@ receive throughput, end-to-end latency, and the CPU and memory the broker
 and this client spent per message. Works against walbus, the Service Bus
 emulator or Service Bus (--client sdk), and against any AMQP 1.0 broker,
 RabbitMQ's AMQP 1.0 support for one (--client amqp). The queue must exist.
+'walbus bench floor --help' describes the do-nothing broker to compare with.
 
 Target:
   --url URL            amqp://[user:pass@]host[:port] (default amqp://127.0.0.1:5672)

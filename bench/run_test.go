@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/amqpserver"
+	"github.com/walbus/walbus/amqpserver/floor"
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/projection"
@@ -215,5 +216,36 @@ func TestResultWithNothingReceivedFails(t *testing.T) {
 	res.Sent = 10
 	if p := res.Problem(); !strings.Contains(p, "1 send") {
 		t.Fatalf("problem %q does not count the send error", p)
+	}
+}
+
+// A run against the do-nothing broker (walbus bench floor) works with each
+// client and reports no errors: the floor is a usable control.
+func TestRunAgainstTheFloor(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go floor.New().Serve(ln)
+	addr := ln.Addr().String()
+	for _, args := range [][]string{
+		{"--client", "sdk", "--conn-string", "Endpoint=sb://" + addr + ";SharedAccessKeyName=k;SharedAccessKey=k;UseDevelopmentEmulator=true",
+			"--queue", "sdk", "--rate", "500"},
+		{"--client", "amqp", "--url", "amqp://" + addr, "--queue", "amqp", "--in-flight", "8"},
+	} {
+		cfg, err := ParseArgs(append(args, "--size", "256", "--warmup", "200ms", "--duration", "800ms"), os.Stderr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		res, err := Run(ctx, cfg, nil)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Failed() || res.Errors.Warmup > 0 || res.Sent == 0 || res.Received == 0 || res.Stale != 0 {
+			t.Fatalf("%v: sent %d received %d stale %d errors %+v", args[:2], res.Sent, res.Received, res.Stale, res.Errors)
+		}
 	}
 }
