@@ -2,8 +2,9 @@
 
 // Command standard is `make bench`: it starts walbus serve --sync always on
 // a fresh data directory and a free loopback port, runs a short standard
-// set of walbus bench runs against it (about a minute in all), and prints
-// one table. It exits 1 if a run failed or the server did not stop cleanly.
+// set of walbus bench runs against it, runs its fixed-rate loads again
+// against walbus bench floor as the control (about a minute and a half in
+// all), and prints one table. It exits 1 if a run failed or the server did not stop cleanly.
 //
 //	go run ./bench/cmd/standard [--walbus bin/walbus] [--warmup 1s] [--duration 5s]
 package main
@@ -22,6 +23,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -101,7 +103,21 @@ func standardSet(ctx context.Context, walbus string, warmup, duration time.Durat
 		}
 		results[i] = res
 	}
-	printTable(os.Stdout, results, warmup, duration)
+	rows := make([]row, len(standard))
+	for i, r := range standard {
+		rows[i] = row{r, results[i]}
+	}
+	floorRows, err := floorSet(ctx, walbus, warmup, duration)
+	if ctx.Err() != nil {
+		return errors.New("interrupted")
+	}
+	if err != nil {
+		failed = append(failed, err.Error())
+	}
+	printTable(os.Stdout, append(rows, floorRows...), warmup, duration)
+	for _, note := range dryRuns(results, warmup, duration) {
+		fmt.Fprintln(os.Stdout, note)
+	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%d run(s) failed:\n  %s", len(failed), strings.Join(failed, "\n  "))
 	}
@@ -128,13 +144,66 @@ func benchRun(ctx context.Context, walbus string, args []string) (*bench.Result,
 	return res, nil
 }
 
-func printTable(w io.Writer, results []*bench.Result, warmup, duration time.Duration) {
+// A row is a workload and what it measured (nil if it failed).
+type row struct {
+	workload
+	res *bench.Result
+}
+
+// floorSet runs the fixed-rate workloads of the standard set again against
+// walbus bench floor, the broker that does nothing, as the control for the
+// machine and the client: their latency and CPU there are what any broker
+// starts from on this machine at this hour.
+func floorSet(ctx context.Context, walbus string, warmup, duration time.Duration) ([]row, error) {
+	cmd := exec.Command(walbus, "bench", "floor", "--amqp", "127.0.0.1:0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	line, err := bufio.NewReader(stderr).ReadString('\n')
+	_, addr, ok := strings.Cut(strings.TrimSpace(line), "listening on ")
+	if err != nil || !ok {
+		return nil, fmt.Errorf("walbus bench floor did not start: %q %v", line, err)
+	}
+	common := []string{"--url", fmt.Sprintf("amqp://%s@%s", credentials, addr), "--broker-pid", fmt.Sprint(cmd.Process.Pid),
+		"--json", "--warmup", warmup.String(), "--duration", duration.String()}
+	var rows []row
+	var failed []string
+	for _, r := range standard {
+		if !slices.Contains(r.args, "--rate") {
+			continue
+		}
+		r.name += ", floor"
+		fmt.Fprintf(os.Stderr, "[floor] %s\n", r.name)
+		res, err := benchRun(ctx, walbus, append(append([]string{"bench", "--queue", r.queue}, r.args...), common...))
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", r.name, err))
+		}
+		rows = append(rows, row{r, res})
+	}
+	if len(failed) > 0 {
+		return rows, errors.New(strings.Join(failed, "\n  "))
+	}
+	return rows, nil
+}
+
+func printTable(w io.Writer, rows []row, warmup, duration time.Duration) {
 	fmt.Fprintf(w, "\nwalbus %s, serve --sync always; %s %s/%s, %d CPUs, Linux %s; 1 KiB messages, %v warm-up + %v per run\n\n",
 		gitCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), kernel(), warmup, duration)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "run\tsend msgs/s\treceive msgs/s\tlatency\tp50 ms\tp99 ms\tbroker CPU µs/msg\tbroker peak RSS\tmachine busy\t\n")
-	for i, r := range standard {
-		res := results[i]
+	for _, r := range rows {
+		res := r.res
 		if res == nil {
 			fmt.Fprintf(tw, "%s\tFAILED\t\t\t\t\t\t\t\t\n", r.name)
 			continue
@@ -167,10 +236,8 @@ func printTable(w io.Writer, results []*bench.Result, warmup, duration time.Dura
 	tw.Flush()
 	fmt.Fprint(w, "\nlatency: send = one send call to its acknowledgement (a whole batch for batches);\n"+
 		"e2e = due to be sent to received. Broker CPU per message sent (received for the drain).\n"+
-		"Machine busy: all processes (broker, load generator, kernel) over all CPUs in the window.\n")
-	for _, note := range dryRuns(results, warmup, duration) {
-		fmt.Fprintln(w, note)
-	}
+		"Machine busy: all processes (broker, load generator, kernel) over all CPUs in the window.\n"+
+		"Floor: the same load against walbus bench floor, a broker that keeps nothing (its CPU in the CPU column).\n")
 }
 
 // dryRuns flags the receive-only runs that may have emptied their queue
