@@ -92,6 +92,7 @@ type conn struct {
 	maxFrame    uint32        // the peer's
 	sessions    map[uint16]*session
 	lastChannel uint16 // of the frame being handled
+	buf         []byte // the frame being handled; reused
 }
 
 type session struct {
@@ -103,11 +104,13 @@ type session struct {
 }
 
 type link struct {
-	c    *conn
-	s    *session
-	att  frames.Attach // as the peer sent it
-	addr string
-	q    *queue // nil for $cbs and $management
+	c         *conn
+	s         *session
+	handle    uint32
+	peerSends bool // the peer's role is sender
+	presettle bool // the peer asked for settled transfers (receive-and-delete)
+	addr      string
+	q         *queue // nil for a link the peer sends requests to $cbs or $management on
 
 	// the peer receives: under srv.mu
 	credit, count uint32
@@ -121,8 +124,6 @@ type link struct {
 	batch    bool // Service Bus's batch format: messages in data sections
 	more     bool
 }
-
-func (l *link) peerSends() bool { return l.att.Role == frames.RoleSender }
 
 func (s *Server) serveConn(nc net.Conn) {
 	c := &conn{srv: s, nc: nc, r: bufio.NewReaderSize(nc, 64<<10), done: make(chan struct{}), maxFrame: frames.MinMaxFrameSize, sessions: map[uint16]*session{}}
@@ -194,7 +195,8 @@ func (c *conn) handshake() error {
 	return err
 }
 
-// readFrame returns the next frame's body and remembers its channel.
+// readFrame returns the next frame's body, valid until the next call, and
+// remembers its channel.
 func (c *conn) readFrame() ([]byte, error) {
 	var size [4]byte
 	if _, err := io.ReadFull(c.r, size[:]); err != nil {
@@ -204,12 +206,15 @@ func (c *conn) readFrame() ([]byte, error) {
 	if n < frames.HeaderSize || n > maxFrameSize {
 		return nil, frames.ErrMalformedFrame
 	}
-	buf := make([]byte, n)
-	copy(buf, size[:])
-	if _, err := io.ReadFull(c.r, buf[4:]); err != nil {
+	if cap(c.buf) < int(n) {
+		c.buf = make([]byte, n)
+	}
+	c.buf = c.buf[:n]
+	copy(c.buf, size[:])
+	if _, err := io.ReadFull(c.r, c.buf[4:]); err != nil {
 		return nil, err
 	}
-	h, body, err := frames.ParseFrame(buf)
+	h, body, err := frames.ParseFrame(c.buf)
 	if err != nil {
 		return nil, err
 	}
@@ -314,10 +319,11 @@ func (c *conn) attach(ch uint16, a *frames.Attach) error {
 	if ss == nil {
 		return errors.New("attach on no session")
 	}
-	l := &link{c: c, s: ss, att: *a}
+	l := &link{c: c, s: ss, handle: a.Handle, peerSends: a.Role == frames.RoleSender,
+		presettle: a.SndSettleMode.Present && a.SndSettleMode.Value == frames.SenderSettleSettled}
 	reply := frames.Attach{Name: a.Name, Handle: a.Handle, Role: !a.Role, SndSettleMode: a.SndSettleMode,
 		RcvSettleMode: a.RcvSettleMode, Source: a.Source, Target: a.Target, MaxMessageSize: frames.Some[uint64](100 << 20)}
-	if l.peerSends() {
+	if l.peerSends {
 		if a.Target != nil {
 			l.addr = a.Target.Address
 		}
@@ -332,12 +338,12 @@ func (c *conn) attach(ch uint16, a *frames.Attach) error {
 		c.srv.mu.Lock()
 		l.q = c.srv.queue(l.addr)
 		c.srv.mu.Unlock()
-	case !l.peerSends():
+	case !l.peerSends:
 		l.q = &queue{} // the responses to this connection's requests
 	}
 	ss.links[a.Handle] = l
 	c.send(ch, &reply)
-	if l.peerSends() {
+	if l.peerSends {
 		l.grant(senderCredit)
 	}
 	return nil
@@ -350,7 +356,7 @@ func (l *link) grant(n uint32) {
 	l.c.srv.mu.Lock()
 	fl := l.s.flowLocked()
 	l.c.srv.mu.Unlock()
-	fl.Handle = frames.Some(l.att.Handle)
+	fl.Handle = frames.Some(l.handle)
 	fl.DeliveryCount = frames.Some(l.received)
 	fl.LinkCredit = frames.Some(n)
 	l.left = n
@@ -367,7 +373,7 @@ func (c *conn) flow(ch uint16, fl *frames.Flow) {
 		return
 	}
 	l := ss.links[fl.Handle.Value]
-	if l == nil || l.peerSends() || !fl.LinkCredit.Present {
+	if l == nil || l.peerSends || !fl.LinkCredit.Present {
 		return
 	}
 	s := c.srv
@@ -446,9 +452,8 @@ func (l *link) deliver(m []byte) {
 	l.tag++
 	var tag [16]byte
 	binary.BigEndian.PutUint64(tag[8:], l.tag)
-	settled := l.att.SndSettleMode.Present && l.att.SndSettleMode.Value == frames.SenderSettleSettled
-	t := frames.Transfer{Handle: l.att.Handle, DeliveryID: frames.Some(l.s.nextID), DeliveryTag: tag[:],
-		MessageFormat: frames.Some[uint32](0), Settled: settled}
+	t := frames.Transfer{Handle: l.handle, DeliveryID: frames.Some(l.s.nextID), DeliveryTag: tag[:],
+		MessageFormat: frames.Some[uint32](0), Settled: l.presettle}
 	c := l.c
 	c.wmu.Lock()
 	out, n, err := frames.AppendTransferFrames(c.out, l.s.ch, &t, m, c.maxFrame)
@@ -471,7 +476,7 @@ func (c *conn) transfer(ch uint16, t *frames.Transfer, payload []byte) error {
 	}
 	ss.inNext++
 	l := ss.links[t.Handle]
-	if l == nil || !l.peerSends() {
+	if l == nil || !l.peerSends {
 		return errors.New("transfer on no link")
 	}
 	if !l.more {
@@ -557,7 +562,7 @@ func (c *conn) answer(ss *session, req *link) error {
 		}
 	}
 	for _, l := range ss.links {
-		if !l.peerSends() && l.addr == req.addr {
+		if !l.peerSends && l.addr == req.addr {
 			c.srv.mu.Lock()
 			l.q.msgs = append(l.q.msgs, resp)
 			c.srv.dispatch(l.q, c)

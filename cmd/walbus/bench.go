@@ -83,6 +83,9 @@ application at it.
 		return 1
 	}
 	fmt.Fprintln(os.Stderr, "walbus bench floor: listening on", ln.Addr())
+	if a, ok := ln.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+		fmt.Fprintln(os.Stderr, "walbus bench floor: warning: not a loopback address, and the floor takes any key from anyone")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {
