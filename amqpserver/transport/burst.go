@@ -115,13 +115,21 @@ func (c *Conn) flushBurst() {
 		return
 	}
 	c.burstWake = false
-	if c.raw == nil || c.writing || c.readerBusy || len(c.out) == 0 || c.writerDead {
+	if !c.canWriteInline() {
 		c.wakeWriter()
 		c.mu.Unlock()
 		return
 	}
 	c.writeInline(testHookBurstWrote)
 	c.mu.Unlock()
+}
+
+// canWriteInline reports whether a goroutine other than the writer may
+// write out now (writeInline): there is a raw socket to write to without
+// blocking, no write or reader's spell is under way, and the writer is
+// alive to take what the socket does not. Called with mu held.
+func (c *Conn) canWriteInline() bool {
+	return c.raw != nil && !c.writing && !c.readerBusy && len(c.out) > 0 && !c.writerDead
 }
 
 // writeInline writes out on the calling goroutine with non-blocking

@@ -155,7 +155,7 @@ func (c *Conn) releaseWriter() {
 		return
 	}
 	c.wakeHeld = false
-	if c.raw != nil && !c.writing && len(c.out) > 0 && !c.writerDead && !c.burstWake {
+	if c.canWriteInline() && !c.burstWake {
 		c.writeInline(nil)
 		return
 	}
