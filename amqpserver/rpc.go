@@ -95,34 +95,10 @@ func ok(status int32, body any) rpcResponse {
 	return rpcResponse{status: status, description: "OK", body: body}
 }
 
-// encode writes the response message. Status and description go out under
-// both spellings (the Go SDK reads either; the JS SDK's management client
-// reads only the camelCase ones), status as an AMQP int.
+// encode writes the response message.
 func (resp rpcResponse) encode(req *rpcRequest) ([]byte, error) {
-	dst := message.AppendProperties(nil, &message.Properties{CorrelationID: req.messageID})
-	app := encoding.Map{
-		{Key: "statusCode", Value: resp.status},
-		{Key: "status-code", Value: resp.status},
-		{Key: "statusDescription", Value: resp.description},
-		{Key: "status-description", Value: resp.description},
-	}
-	if resp.condition != "" {
-		app = append(app,
-			encoding.MapEntry{Key: "errorCondition", Value: encoding.Symbol(resp.condition)},
-			encoding.MapEntry{Key: "error-condition", Value: encoding.Symbol(resp.condition)})
-	}
-	dst = encoding.AppendDescriptor(dst, message.CodeApplicationProperties)
-	dst, err := encoding.AppendAny(dst, app)
-	if err != nil {
-		return nil, err
-	}
-	if resp.body != nil {
-		dst = encoding.AppendDescriptor(dst, message.CodeAMQPValue)
-		if dst, err = encoding.AppendAny(dst, resp.body); err != nil {
-			return nil, err
-		}
-	}
-	return dst, nil
+	return message.AppendResponse(nil, &message.Response{CorrelationID: req.messageID, Status: resp.status,
+		Description: resp.description, Condition: resp.condition, Body: resp.body})
 }
 
 // Error conditions of Service Bus and AMQP the SDKs classify

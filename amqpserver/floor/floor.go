@@ -547,19 +547,9 @@ func (c *conn) answer(ss *session, req *link) error {
 	case "com.microsoft:peek-message":
 		status, body = 204, nil
 	}
-	resp := message.AppendProperties(nil, &message.Properties{CorrelationID: props.MessageID})
-	resp = encoding.AppendDescriptor(resp, message.CodeApplicationProperties)
-	if resp, err = encoding.AppendAny(resp, encoding.Map{
-		{Key: "statusCode", Value: status}, {Key: "status-code", Value: status},
-		{Key: "statusDescription", Value: "OK"}, {Key: "status-description", Value: "OK"},
-	}); err != nil {
+	resp, err := message.AppendResponse(nil, &message.Response{CorrelationID: props.MessageID, Status: status, Description: "OK", Body: body})
+	if err != nil {
 		return err
-	}
-	if body != nil {
-		resp = encoding.AppendDescriptor(resp, message.CodeAMQPValue)
-		if resp, err = encoding.AppendAny(resp, body); err != nil {
-			return err
-		}
 	}
 	for _, l := range ss.links {
 		if !l.peerSends && l.addr == req.addr {
