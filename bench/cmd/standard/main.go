@@ -86,42 +86,46 @@ func standardSet(ctx context.Context, walbus string, warmup, duration time.Durat
 	}
 	defer func() { err = errors.Join(err, srv.stop()) }()
 
-	url := fmt.Sprintf("amqp://%s@%s", credentials, srv.amqpAddr)
-	common := []string{"--url", url, "--broker-pid", fmt.Sprint(srv.cmd.Process.Pid), "--json",
-		"--warmup", warmup.String(), "--duration", duration.String()}
-	results := make([]*bench.Result, len(standard))
-	var failed []string
-	for i, r := range standard {
-		fmt.Fprintf(os.Stderr, "[%d/%d] %s\n", i+1, len(standard), r.name)
-		args := append(append([]string{"bench", "--queue", r.queue}, r.args...), common...)
-		res, err := benchRun(ctx, walbus, args)
-		if ctx.Err() != nil {
-			return errors.New("interrupted")
-		}
-		if err != nil {
-			failed = append(failed, fmt.Sprintf("%s: %v", r.name, err))
-		}
-		results[i] = res
+	rows, failed, err := runAll(ctx, walbus, srv.amqpAddr, srv.cmd.Process.Pid, standard, warmup, duration)
+	if err != nil {
+		return err
 	}
-	rows := make([]row, len(standard))
-	for i, r := range standard {
-		rows[i] = row{r, results[i]}
-	}
-	floorRows, err := floorSet(ctx, walbus, warmup, duration)
+	floorRows, floorFailed, err := floorSet(ctx, walbus, warmup, duration)
 	if ctx.Err() != nil {
 		return errors.New("interrupted")
 	}
 	if err != nil {
-		failed = append(failed, err.Error())
+		floorFailed = append(floorFailed, err.Error())
 	}
+	failed = append(failed, floorFailed...)
 	printTable(os.Stdout, append(rows, floorRows...), warmup, duration)
-	for _, note := range dryRuns(results, warmup, duration) {
+	for _, note := range dryRuns(rows, warmup, duration) {
 		fmt.Fprintln(os.Stdout, note)
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%d run(s) failed:\n  %s", len(failed), strings.Join(failed, "\n  "))
 	}
 	return nil
+}
+
+// runAll runs each workload against the broker listening on addr (process
+// pid) and returns a row each, and what failed. Only an interrupt stops it
+// early.
+func runAll(ctx context.Context, walbus, addr string, pid int, set []workload, warmup, duration time.Duration) (rows []row, failed []string, err error) {
+	common := []string{"--url", fmt.Sprintf("amqp://%s@%s", credentials, addr), "--broker-pid", fmt.Sprint(pid), "--json",
+		"--warmup", warmup.String(), "--duration", duration.String()}
+	for i, w := range set {
+		fmt.Fprintf(os.Stderr, "[%d/%d] %s\n", i+1, len(set), w.name)
+		res, err := benchRun(ctx, walbus, append(append([]string{"bench", "--queue", w.queue}, w.args...), common...))
+		if ctx.Err() != nil {
+			return nil, nil, errors.New("interrupted")
+		}
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", w.name, err))
+		}
+		rows = append(rows, row{w, res})
+	}
+	return rows, failed, nil
 }
 
 // benchRun runs walbus bench with args and decodes its --json result. A
@@ -154,14 +158,14 @@ type row struct {
 // walbus bench floor, the broker that does nothing, as the control for the
 // machine and the client: their latency and CPU there are what any broker
 // starts from on this machine at this hour.
-func floorSet(ctx context.Context, walbus string, warmup, duration time.Duration) ([]row, error) {
+func floorSet(ctx context.Context, walbus string, warmup, duration time.Duration) (rows []row, failed []string, err error) {
 	cmd := exec.Command(walbus, "bench", "floor", "--amqp", "127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() {
 		cmd.Process.Kill()
@@ -170,31 +174,16 @@ func floorSet(ctx context.Context, walbus string, warmup, duration time.Duration
 	line, err := bufio.NewReader(stderr).ReadString('\n')
 	_, addr, ok := strings.Cut(strings.TrimSpace(line), "listening on ")
 	if err != nil || !ok {
-		return nil, fmt.Errorf("walbus bench floor did not start: %q %v", line, err)
+		return nil, nil, fmt.Errorf("walbus bench floor did not start: %q %v", line, err)
 	}
-	common := []string{"--url", fmt.Sprintf("amqp://%s@%s", credentials, addr), "--broker-pid", fmt.Sprint(cmd.Process.Pid),
-		"--json", "--warmup", warmup.String(), "--duration", duration.String()}
-	var rows []row
-	var failed []string
-	for _, r := range standard {
-		if !slices.Contains(r.args, "--rate") {
-			continue
+	var fixed []workload
+	for _, w := range standard {
+		if slices.Contains(w.args, "--rate") {
+			w.name += ", floor"
+			fixed = append(fixed, w)
 		}
-		r.name += ", floor"
-		fmt.Fprintf(os.Stderr, "[floor] %s\n", r.name)
-		res, err := benchRun(ctx, walbus, append(append([]string{"bench", "--queue", r.queue}, r.args...), common...))
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if err != nil {
-			failed = append(failed, fmt.Sprintf("%s: %v", r.name, err))
-		}
-		rows = append(rows, row{r, res})
 	}
-	if len(failed) > 0 {
-		return rows, errors.New(strings.Join(failed, "\n  "))
-	}
-	return rows, nil
+	return runAll(ctx, walbus, addr, cmd.Process.Pid, fixed, warmup, duration)
 }
 
 func printTable(w io.Writer, rows []row, warmup, duration time.Duration) {
@@ -243,12 +232,12 @@ func printTable(w io.Writer, rows []row, warmup, duration time.Duration) {
 // dryRuns flags the receive-only runs that may have emptied their queue
 // before the window ended, which would make their rate a lower bound. The
 // counts are estimates: results count only the measured window.
-func dryRuns(results []*bench.Result, warmup, duration time.Duration) []string {
+func dryRuns(rows []row, warmup, duration time.Duration) []string {
 	whole := (warmup + duration).Seconds() / duration.Seconds()
 	queued := map[string]float64{}
 	var notes []string
-	for i, r := range standard {
-		res := results[i]
+	for _, r := range rows {
+		res := r.res
 		if res == nil {
 			continue
 		}

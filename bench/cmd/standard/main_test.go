@@ -25,9 +25,9 @@ func TestFloorSet(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rows, err := floorSet(ctx, walbus, 200*time.Millisecond, 500*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
+	rows, failed, err := floorSet(ctx, walbus, 200*time.Millisecond, 500*time.Millisecond)
+	if err != nil || len(failed) > 0 {
+		t.Fatal(err, failed)
 	}
 	if len(rows) != 3 {
 		t.Fatalf("%d floor rows, want the 3 fixed-rate loads", len(rows))
