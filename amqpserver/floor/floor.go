@@ -420,7 +420,7 @@ func (s *Server) dispatch(q *queue, self *conn) (others []*conn) {
 		}
 		l := q.recvs[q.next]
 		if l.credit == 0 {
-			q.recvs = append(q.recvs[:q.next], q.recvs[q.next+1:]...)
+			q.recvs = slices.Delete(q.recvs, q.next, q.next+1)
 			continue
 		}
 		q.next++
