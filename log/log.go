@@ -55,7 +55,11 @@ type Options struct {
 	SyncInterval time.Duration
 	// SegmentSize is the size at which a segment file is closed and the next
 	// begins. tidwall keeps the tail segment in memory, so this is also the
-	// log's write-buffer footprint. Default 8 MiB.
+	// log's write-buffer footprint. Default 1 MiB: tidwall grows that buffer
+	// by reallocation on the writer's goroutine, and the step that copies a
+	// segment of several MiB into fresh memory (faulting it in, and waiting
+	// out the collector's mark phase as an assist when one is under way)
+	// stalls a commit for milliseconds; at 1 MiB the steps stay small.
 	SegmentSize int
 	// MaxPendingBytes bounds encoded records waiting for the writer; Append
 	// blocks beyond it. Default 64 MiB.
@@ -110,12 +114,15 @@ type CommitStats struct {
 	Synced  bool
 }
 
+// DefaultSegmentSize is Options.SegmentSize when it is not set.
+const DefaultSegmentSize = 1 << 20
+
 func (o Options) withDefaults() Options {
 	if o.SyncInterval <= 0 {
 		o.SyncInterval = 10 * time.Millisecond
 	}
 	if o.SegmentSize <= 0 {
-		o.SegmentSize = 8 << 20
+		o.SegmentSize = DefaultSegmentSize
 	}
 	if o.MaxPendingBytes <= 0 {
 		o.MaxPendingBytes = 64 << 20

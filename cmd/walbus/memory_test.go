@@ -154,8 +154,10 @@ func burstThroughQueues(t *testing.T, prefix string, queues, perQ, perMsg int, a
 
 // TestIdleQueuesHoldNoLogTail: queues that were written and drained, then
 // left idle, give back the log tail tidwall keeps in memory. Before, each
-// kept up to a segment (8 MiB by default) of bodies it would never read
-// again until its segment filled: 100 such queues held 690 MB.
+// kept up to a segment (8 MiB, the default then) of bodies it would never
+// read again until its segment filled: 100 such queues held 690 MB. The
+// test keeps 8 MiB segments, so that only the idle roll can give the tails
+// back.
 func TestIdleQueuesHoldNoLogTail(t *testing.T) {
 	const (
 		queues  = 12
@@ -163,7 +165,7 @@ func TestIdleQueuesHoldNoLogTail(t *testing.T) {
 		perQ    = 16 // 4 MiB a queue, under the 8 MiB segment
 		settled = queues * perQ * perMsg
 	)
-	p := burstThroughQueues(t, "idle", queues, perQ, perMsg, "--pprof")
+	p := burstThroughQueues(t, "idle", queues, perQ, perMsg, "--pprof", "--segment-size", "8MiB")
 
 	// The queues roll their tails once idle for a couple of seconds.
 	var heap uint64
