@@ -176,6 +176,9 @@ type Log struct {
 	wal       *wal.Log
 	walMu     sync.Mutex
 	lastWrite time.Time // writer goroutine only: when it last wrote records
+	// newSegment (writer goroutine only): a segment file began since the
+	// last fsync, so the next fsync makes the directory durable too.
+	newSegment bool
 
 	mu        sync.Mutex
 	space     *sync.Cond // signalled when the writer takes the pending batch
@@ -634,10 +637,10 @@ func (l *Log) write(wb *wal.Batch, p *batch) (CommitStats, error) {
 	l.bytes.Add(int64(len(p.buf) + prefixes))
 	if p.cycled {
 		// tidwall fsyncs the segment it closes but not the directory that
-		// gained a file.
-		if err := SyncDir(l.dir); err != nil {
-			return stats, fmt.Errorf("sync directory after new segment: %w", err)
-		}
+		// gained a file: the next fsync does (nothing is acknowledged from
+		// the new file before it), so a policy that fsyncs less often
+		// also syncs the directory less often.
+		l.newSegment = true
 	}
 	if p.cycled || p.filled {
 		// tidwall keeps the segment it closed cached in memory, whether it
@@ -746,6 +749,16 @@ func (l *Log) sync() (time.Duration, error) {
 	start := time.Now()
 	if err := l.fault("sync"); err != nil {
 		return 0, fmt.Errorf("fsync: %w", err)
+	}
+	if l.newSegment {
+		err := l.fault("segment-dir")
+		if err == nil {
+			err = SyncDir(l.dir)
+		}
+		if err != nil {
+			return time.Since(start), fmt.Errorf("sync directory after new segment: %w", err)
+		}
+		l.newSegment = false
 	}
 	if err := l.wal.Sync(); err != nil {
 		return time.Since(start), fmt.Errorf("fsync: %w", err)

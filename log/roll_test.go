@@ -281,3 +281,45 @@ func TestOpenRollsALargeTail(t *testing.T) {
 		t.Fatalf("appends after the roll went elsewhere: %v", segs)
 	}
 }
+
+// TestNewSegmentDirectoryUnsynced: records in a segment file whose name
+// the directory has not made durable are not acknowledged. With the
+// directory's fsync failing, every commit up to the first record of the
+// second segment succeeds, the commit holding that record fails, and the
+// log refuses further writes.
+func TestNewSegmentDirectoryUnsynced(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentSize: 1024, Fault: func(op string) error {
+		if op == "segment-dir" {
+			return errors.New("injected: directory fsync failed")
+		}
+		return nil
+	}}
+	l, _ := openT(t, dir, opts)
+	defer l.Close()
+	var acked []uint64
+	for i := 0; i < 100; i++ {
+		e := enq(0)
+		e.Message = body(l.LastIndex()+1, 200)
+		done := make(chan error, 1)
+		first, err := l.Append([]Event{e}, func(err error) { done <- err })
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		if err := <-done; err != nil {
+			segs, _ := listSegments(dir)
+			if len(segs) != 2 || first != segs[1] {
+				t.Fatalf("commit of %d failed (%v) with segments %v: not the first record of a new segment", first, err, segs)
+			}
+			if !errors.Is(l.Err(), ErrFailed) {
+				t.Fatalf("log error after the failed directory fsync: %v", l.Err())
+			}
+			if len(acked) < 3 {
+				t.Fatalf("only %d commits before the new segment", len(acked))
+			}
+			return
+		}
+		acked = append(acked, first)
+	}
+	t.Fatalf("100 commits of 200 bytes in 1 KiB segments, and none needed the directory synced: %v", acked)
+}
