@@ -169,10 +169,11 @@ type Log struct {
 	segs *segmentSet
 
 	// wal is replaced when the writer rolls an idle tail (reopening
-	// tidwall is the only way to make it let go of the tail's buffer). The
-	// writer goroutine uses it freely; TruncateFront, which runs on
-	// others, holds walMu and TruncateBack holds mu, and the roll holds
-	// both to replace it.
+	// tidwall is the only way to make it let go of the tail's buffer), and
+	// is nil while the log sleeps (see sleep). The writer goroutine uses it
+	// freely once awake; TruncateFront and TruncateBack, which run on
+	// others, hold walMu, and whoever replaces it holds walMu too (the
+	// roll and sleep hold mu as well).
 	wal       *wal.Log
 	walMu     sync.Mutex
 	lastWrite time.Time // writer goroutine only: when it last wrote records
@@ -319,6 +320,7 @@ func Open(dir string, opts Options) (*Log, OpenReport, error) {
 		exited:    make(chan struct{}),
 	}
 	l.space = sync.NewCond(&l.mu)
+	l.segs.idle = opts.IdleRoll // readers' handles sleep as the writer does
 	if tail >= int64(opts.IdleRollBytes) {
 		// tidwall has just read the last segment whole; a log that has
 		// just opened has no use for it in memory. Begin the next one.
@@ -478,11 +480,12 @@ func (l *Log) run() {
 		armed    bool
 		// idle runs out IdleRoll after the last write, at most once per
 		// IdleRoll while writes go on.
-		idle      = time.NewTimer(time.Hour)
-		idleArmed bool
+		idle = time.NewTimer(time.Hour)
 	)
 	timer.Stop()
-	idle.Stop()
+	// A log opened and never written sleeps too.
+	idleArmed := true
+	idle.Reset(l.opts.IdleRoll)
 	defer idle.Stop()
 	lazyDue := false // the timer ran out on lazy records
 	for {
@@ -534,7 +537,7 @@ func (l *Log) run() {
 					// Idle: let go of what was sized for the last burst.
 					wb = wal.Batch{}
 					spare.release()
-					if l.rollIdle() {
+					if l.rollIdle() || l.sleep() {
 						idle.Reset(l.opts.IdleRoll)
 						idleArmed = true
 					}
@@ -614,6 +617,9 @@ func (l *Log) write(wb *wal.Batch, p *batch) (CommitStats, error) {
 	}
 	start := time.Now()
 	l.lastWrite = start
+	if err := l.wakeUp(); err != nil {
+		return stats, err
+	}
 	off := 0
 	for i, size := range p.sizes {
 		wb.Write(p.first+uint64(i), p.buf[off:off+size])
@@ -666,7 +672,7 @@ func (l *Log) rollIdle() (retry bool) {
 	if l.pend.empty() {
 		l.pend.release()
 	}
-	if l.closed || l.err != nil || l.tailSize < int64(l.opts.IdleRollBytes) {
+	if l.closed || l.err != nil || l.wal == nil || l.tailSize < int64(l.opts.IdleRollBytes) {
 		return false
 	}
 	if !l.pend.empty() || l.durable.Load() != l.written.Load() || !l.walMu.TryLock() {
@@ -683,6 +689,69 @@ func (l *Log) rollIdle() (retry bool) {
 		l.failLocked(err)
 	}
 	return false
+}
+
+// sleep closes tidwall and the segment files readers opened once the log
+// has written nothing for IdleRoll and everything it wrote is durable, so
+// that an idle queue holds no file open (a namespace of thousands of queues
+// would otherwise need as many descriptors). The next write opens tidwall
+// again, which reads the tail segment back: at most a segment's worth of
+// work on the first commit after a quiet spell. It reports that the caller
+// should try again later (records pending, or TruncateFront under way).
+func (l *Log) sleep() (retry bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.err != nil || l.wal == nil {
+		return false
+	}
+	if !l.pend.empty() || l.durable.Load() != l.written.Load() || !l.walMu.TryLock() {
+		return true
+	}
+	defer l.walMu.Unlock()
+	err := l.fault("sleep")
+	if err == nil {
+		err = l.wal.Close()
+	}
+	l.wal = nil
+	l.segs.close() // readers open what they need again
+	if err != nil {
+		l.failLocked(fmt.Errorf("close idle log: %w", err))
+	}
+	return false
+}
+
+// wakeUp opens tidwall again if the log sleeps. Writer goroutine only.
+func (l *Log) wakeUp() error {
+	l.walMu.Lock()
+	defer l.walMu.Unlock()
+	_, err := l.tidwallLocked()
+	return err
+}
+
+// tidwallLocked returns tidwall for a caller holding walMu, opening it if
+// the log sleeps; asleep says it did, and the caller that is not the writer
+// puts the log back to sleep (closeLocked) when done.
+func (l *Log) tidwallLocked() (asleep bool, err error) {
+	if l.wal != nil {
+		return false, nil
+	}
+	if err := l.fault("wake"); err != nil {
+		return true, fmt.Errorf("reopen idle log: %w", err)
+	}
+	w, err := wal.Open(l.dir, tidwallOptions(l.opts))
+	if err != nil {
+		return true, fmt.Errorf("reopen idle log: %w", err)
+	}
+	l.wal = w
+	return true, nil
+}
+
+// sleepLocked closes tidwall again after tidwallLocked opened it for a
+// caller other than the writer. The caller holds walMu.
+func (l *Log) sleepLocked() error {
+	err := l.wal.Close()
+	l.wal = nil
+	return err
 }
 
 // beginSegment makes next, the index the next record gets, the first of a
@@ -881,7 +950,14 @@ func (l *Log) TruncateFront(upTo uint64) (uint64, error) {
 		return l.first.Load(), nil
 	}
 	removed := l.sizeOf(segs[:k])
-	if err := l.wal.TruncateFront(keep); err != nil {
+	asleep, err := l.tidwallLocked()
+	if err == nil {
+		err = l.wal.TruncateFront(keep)
+		if asleep {
+			err = errors.Join(err, l.sleepLocked())
+		}
+	}
+	if err != nil {
 		err = fmt.Errorf("truncate front to %d: %w", keep, err)
 		l.fail(err)
 		return l.first.Load(), err
@@ -940,12 +1016,23 @@ func (l *Log) Reclaimable(upTo uint64) int64 {
 // TruncateBack drops every record after index: the operator's repair for
 // corruption found by Scan. It must not run while records are appended.
 func (l *Log) TruncateBack(index uint64) error {
+	// walMu before mu, as TruncateFront takes them; the roll and sleep,
+	// which hold mu, only try walMu.
+	l.walMu.Lock()
+	defer l.walMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if index >= l.next-1 {
 		return nil
 	}
-	if err := l.wal.TruncateBack(index); err != nil {
+	asleep, err := l.tidwallLocked()
+	if err == nil {
+		err = l.wal.TruncateBack(index)
+		if asleep {
+			err = errors.Join(err, l.sleepLocked())
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("truncate back to %d: %w", index, err)
 	}
 	segs, err := listSegments(l.dir)
@@ -982,7 +1069,12 @@ func (l *Log) Close() error {
 	}
 	<-l.exited
 	l.segs.close()
-	err := l.wal.Close()
+	l.walMu.Lock()
+	var err error
+	if l.wal != nil {
+		err = l.wal.Close()
+	}
+	l.walMu.Unlock()
 	if failed := l.Err(); failed != nil {
 		return failed
 	}

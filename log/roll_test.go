@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -322,4 +323,76 @@ func TestNewSegmentDirectoryUnsynced(t *testing.T) {
 		acked = append(acked, first)
 	}
 	t.Fatalf("100 commits of 200 bytes in 1 KiB segments, and none needed the directory synced: %v", acked)
+}
+
+// openIn counts this process's open files in dir.
+func openIn(t *testing.T, dir string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && filepath.Dir(target) == dir {
+			n++
+		}
+	}
+	return n
+}
+
+// TestIdleLogSleeps: a log idle for IdleRoll, everything it wrote durable,
+// holds no file open, whether it was written or only read; it then takes
+// records, reads, truncates its front and reopens as a log that never
+// slept would.
+func TestIdleLogSleeps(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentSize: 2048, IdleRoll: 20 * time.Millisecond}
+	l, _ := openT(t, dir, opts)
+	defer l.Close()
+	waitAsleep := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); openIn(t, dir) > 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d files of the log still open", what, openIn(t, dir))
+			}
+		}
+	}
+	waitAsleep("opened, never written")
+	rng := rand.New(rand.NewPCG(9, 10))
+	want := fill(t, l, 100, rng)
+	waitAsleep("after 100 records")
+
+	checkAll(t, l, want) // the reads open segments
+	if openIn(t, dir) == 0 {
+		t.Fatal("reads held no segment open: the test shows nothing")
+	}
+	waitAsleep("after reads")
+
+	maps.Copy(want, fill(t, l, 50, rng))
+	checkAll(t, l, want)
+	waitAsleep("after 50 more")
+	first, err := l.TruncateFront(120)
+	if err != nil || first <= 1 {
+		t.Fatalf("TruncateFront while asleep: first %d, %v", first, err)
+	}
+	if n := openIn(t, dir); n != 0 {
+		t.Fatalf("TruncateFront left %d files open in a sleeping log", n)
+	}
+	for idx := range want {
+		if idx <= first {
+			delete(want, idx)
+		}
+	}
+	maps.Copy(want, fill(t, l, 10, rng))
+	checkAll(t, l, want)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, rep := openT(t, dir, opts)
+	defer l.Close()
+	if rep.FirstIndex != first || rep.LastIndex != 160 {
+		t.Fatalf("reopened %+v, want first %d last 160", rep, first)
+	}
+	checkAll(t, l, want)
 }

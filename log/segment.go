@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Segment files are tidwall/wal's binary format: each entry is a uvarint
@@ -194,6 +195,12 @@ type segmentSet struct {
 	segs  []uint64 // first index of each segment, ascending
 	files map[uint64]*handle
 	clock atomic.Uint64 // ticks once per handle use
+
+	// idle, if set, is how long a handle may go unused before it is
+	// closed, so that a quiet log holds no descriptor for its readers.
+	idle    time.Duration
+	sweep   *time.Timer // armed while handles are open (under mu)
+	sweptAt uint64      // clock when sweep was armed
 }
 
 // handle is an open segment and when it was last used (segmentSet.clock).
@@ -280,7 +287,35 @@ func (s *segmentSet) file(first uint64) (*os.File, error) {
 	h = &handle{f: f}
 	h.used.Store(s.clock.Add(1))
 	s.files[first] = h
+	s.armSweep()
 	return f, nil
+}
+
+// armSweep starts the timer that closes unused handles, unless it runs
+// already. Callers hold mu.
+func (s *segmentSet) armSweep() {
+	if s.idle <= 0 || s.sweep != nil {
+		return
+	}
+	s.sweptAt = s.clock.Load()
+	s.sweep = time.AfterFunc(s.idle, s.sweepIdle)
+}
+
+// sweepIdle closes the handles not used since the sweep was armed, and
+// arms it again while some stay open.
+func (s *segmentSet) sweepIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for first, h := range s.files {
+		if h.used.Load() <= s.sweptAt {
+			h.f.Close()
+			delete(s.files, first)
+		}
+	}
+	s.sweep = nil
+	if len(s.files) > 0 {
+		s.armSweep()
+	}
 }
 
 // closeLeastUsed closes the handle used longest ago. A read already under
@@ -474,6 +509,10 @@ func (s *segmentSet) close() {
 	for first, h := range s.files {
 		h.f.Close()
 		delete(s.files, first)
+	}
+	if s.sweep != nil {
+		s.sweep.Stop()
+		s.sweep = nil
 	}
 }
 
