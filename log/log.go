@@ -672,13 +672,16 @@ func (l *Log) rollIdle() (retry bool) {
 	if l.pend.empty() {
 		l.pend.release()
 	}
-	if l.closed || l.err != nil || l.wal == nil || l.tailSize < int64(l.opts.IdleRollBytes) {
+	if l.closed || l.err != nil || l.tailSize < int64(l.opts.IdleRollBytes) {
 		return false
 	}
 	if !l.pend.empty() || l.durable.Load() != l.written.Load() || !l.walMu.TryLock() {
 		return true
 	}
 	defer l.walMu.Unlock()
+	if l.wal == nil {
+		return false // asleep: tidwall holds nothing
+	}
 	if l.cycleNext && exists(segmentPath(l.dir, l.next)) {
 		// A record filled the tail: tidwall has begun the next segment
 		// already (the next write records it) and write dropped the full
@@ -701,13 +704,16 @@ func (l *Log) rollIdle() (retry bool) {
 func (l *Log) sleep() (retry bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed || l.err != nil || l.wal == nil {
+	if l.closed || l.err != nil {
 		return false
 	}
 	if !l.pend.empty() || l.durable.Load() != l.written.Load() || !l.walMu.TryLock() {
 		return true
 	}
 	defer l.walMu.Unlock()
+	if l.wal == nil {
+		return false
+	}
 	err := l.fault("sleep")
 	if err == nil {
 		err = l.wal.Close()

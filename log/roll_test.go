@@ -396,3 +396,75 @@ func TestIdleLogSleeps(t *testing.T) {
 	}
 	checkAll(t, l, want)
 }
+
+// TestSleepWakeUnderTruncation: a log that sleeps and wakes every few
+// milliseconds while another goroutine truncates its front and reads it
+// keeps every record after the cut, in order, also after reopening (run
+// with -race, it also checks who touches tidwall when).
+func TestSleepWakeUnderTruncation(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentSize: 1024, IdleRoll: time.Millisecond, IdleRollBytes: 512}
+	l, _ := openT(t, dir, opts)
+	rng := rand.New(rand.NewPCG(11, 12))
+	var (
+		mu   sync.Mutex
+		want = map[uint64]Event{}
+	)
+	stop := make(chan struct{})
+	cutter := make(chan error, 1)
+	go func() {
+		var err error
+		defer func() { cutter <- err }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			if last := l.DurableIndex(); last > 20 {
+				if _, err = l.TruncateFront(last - 20); err != nil {
+					return
+				}
+			}
+			mu.Lock()
+			for idx, ev := range want {
+				if idx > l.FirstIndex() {
+					if _, _, err = l.ReadAt(idx, ev.Pos, nil); err != nil {
+						mu.Unlock()
+						return
+					}
+					break
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	for range 60 {
+		got := fill(t, l, 1+rng.IntN(5), rng)
+		mu.Lock()
+		maps.Copy(want, got)
+		mu.Unlock()
+		time.Sleep(time.Duration(rng.IntN(4)) * time.Millisecond)
+	}
+	close(stop)
+	if err := <-cutter; err != nil {
+		t.Fatalf("truncating or reading while the log slept and woke: %v", err)
+	}
+	first := l.FirstIndex()
+	for idx := range want {
+		if idx <= first {
+			delete(want, idx)
+		}
+	}
+	checkAll(t, l, want)
+	last := l.LastIndex()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, rep := openT(t, dir, opts)
+	defer l.Close()
+	if rep.FirstIndex != first || rep.LastIndex != last {
+		t.Fatalf("reopened %+v, want %d-%d", rep, first, last)
+	}
+	checkAll(t, l, want)
+}
