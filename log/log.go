@@ -734,9 +734,24 @@ func (l *Log) wakeUp() error {
 	return err
 }
 
-// tidwallLocked returns tidwall for a caller holding walMu, opening it if
-// the log sleeps; asleep says it did, and the caller that is not the writer
-// puts the log back to sleep (closeLocked) when done.
+// withTidwallLocked calls f with tidwall for a caller other than the writer
+// that holds walMu: if the log sleeps, tidwall is opened for the call and
+// closed after it.
+func (l *Log) withTidwallLocked(f func(*wal.Log) error) error {
+	asleep, err := l.tidwallLocked()
+	if err != nil {
+		return err
+	}
+	err = f(l.wal)
+	if asleep {
+		err = errors.Join(err, l.wal.Close())
+		l.wal = nil
+	}
+	return err
+}
+
+// tidwallLocked opens tidwall for a caller holding walMu if the log sleeps,
+// and says whether it did.
 func (l *Log) tidwallLocked() (asleep bool, err error) {
 	if l.wal != nil {
 		return false, nil
@@ -750,14 +765,6 @@ func (l *Log) tidwallLocked() (asleep bool, err error) {
 	}
 	l.wal = w
 	return true, nil
-}
-
-// sleepLocked closes tidwall again after tidwallLocked opened it for a
-// caller other than the writer. The caller holds walMu.
-func (l *Log) sleepLocked() error {
-	err := l.wal.Close()
-	l.wal = nil
-	return err
 }
 
 // beginSegment makes next, the index the next record gets, the first of a
@@ -956,14 +963,7 @@ func (l *Log) TruncateFront(upTo uint64) (uint64, error) {
 		return l.first.Load(), nil
 	}
 	removed := l.sizeOf(segs[:k])
-	asleep, err := l.tidwallLocked()
-	if err == nil {
-		err = l.wal.TruncateFront(keep)
-		if asleep {
-			err = errors.Join(err, l.sleepLocked())
-		}
-	}
-	if err != nil {
+	if err := l.withTidwallLocked(func(w *wal.Log) error { return w.TruncateFront(keep) }); err != nil {
 		err = fmt.Errorf("truncate front to %d: %w", keep, err)
 		l.fail(err)
 		return l.first.Load(), err
@@ -1031,14 +1031,7 @@ func (l *Log) TruncateBack(index uint64) error {
 	if index >= l.next-1 {
 		return nil
 	}
-	asleep, err := l.tidwallLocked()
-	if err == nil {
-		err = l.wal.TruncateBack(index)
-		if asleep {
-			err = errors.Join(err, l.sleepLocked())
-		}
-	}
-	if err != nil {
+	if err := l.withTidwallLocked(func(w *wal.Log) error { return w.TruncateBack(index) }); err != nil {
 		return fmt.Errorf("truncate back to %d: %w", index, err)
 	}
 	segs, err := listSegments(l.dir)

@@ -230,19 +230,10 @@ func TestIdleRollWithTruncation(t *testing.T) {
 	}
 	first := l.FirstIndex()
 	maps.DeleteFunc(want, func(idx uint64, _ Event) bool { return idx <= first })
-	checkAll(t, l, want)
-	last := l.LastIndex()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	l, rep := openT(t, dir, opts)
+	l = reopenChecked(t, l, dir, opts, want)
 	defer l.Close()
-	if rep.FirstIndex != first || rep.LastIndex != last {
-		t.Fatalf("reopened %+v, want %d-%d", rep, first, last)
-	}
-	checkAll(t, l, want)
 	n := 0
-	if err := l.Scan(0, func(*Event) error { n++; return nil }); err != nil || n != int(last-first+1) {
+	if err := l.Scan(0, func(*Event) error { n++; return nil }); err != nil || n != int(l.LastIndex()-first+1) {
 		t.Fatalf("scan: %d records, %v", n, err)
 	}
 }
@@ -456,15 +447,25 @@ func TestSleepWakeUnderTruncation(t *testing.T) {
 			delete(want, idx)
 		}
 	}
+	l = reopenChecked(t, l, dir, opts, want)
+	defer l.Close()
+}
+
+// reopenChecked checks want against l, closes it, opens dir again and
+// checks that the log spans the same indexes and holds want; it returns
+// the reopened log.
+func reopenChecked(t *testing.T, l *Log, dir string, opts Options, want map[uint64]Event) *Log {
+	t.Helper()
 	checkAll(t, l, want)
-	last := l.LastIndex()
+	first, last := l.FirstIndex(), l.LastIndex()
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
 	l, rep := openT(t, dir, opts)
-	defer l.Close()
 	if rep.FirstIndex != first || rep.LastIndex != last {
+		l.Close()
 		t.Fatalf("reopened %+v, want %d-%d", rep, first, last)
 	}
 	checkAll(t, l, want)
+	return l
 }
