@@ -834,7 +834,9 @@ func (h *history) step() {
 		}
 	case 13:
 		var seqs []uint64
-		for seq := range h.records {
+		// In order: a map's order differs from run to run, and with a draw
+		// per record so would the history.
+		for _, seq := range slices.Sorted(maps.Keys(h.records)) {
 			if r.IntN(3) == 0 {
 				seqs = append(seqs, seq)
 			}
