@@ -88,7 +88,11 @@ type Options struct {
 	// nothing more. It must not block or call the log.
 	OnFail func(error)
 	// Fault, if set, is asked before every write ("write") and fsync
-	// ("sync"); an error it returns is treated as that operation failing.
+	// ("sync"), before the directory fsync a new segment needs
+	// ("segment-dir"), before an idle roll creates its segment ("roll") and
+	// makes its name durable ("roll-dir"), and before a sleeping log opens
+	// tidwall again ("wake"); an error it returns is treated as that
+	// operation failing.
 	// It is the fault-injection layer for tests (a full disk, a failing
 	// device); production leaves it nil.
 	Fault func(op string) error
@@ -714,10 +718,7 @@ func (l *Log) sleep() (retry bool) {
 	if l.wal == nil {
 		return false
 	}
-	err := l.fault("sleep")
-	if err == nil {
-		err = l.wal.Close()
-	}
+	err := l.wal.Close()
 	l.wal = nil
 	l.segs.close() // readers open what they need again
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -338,7 +339,9 @@ func openIn(t *testing.T, dir string) int {
 // slept would.
 func TestIdleLogSleeps(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{SegmentSize: 2048, IdleRoll: 20 * time.Millisecond}
+	// Long enough that the reads' handles are still open when counted
+	// right after them.
+	opts := Options{SegmentSize: 2048, IdleRoll: 200 * time.Millisecond}
 	l, _ := openT(t, dir, opts)
 	defer l.Close()
 	waitAsleep := func(what string) {
@@ -468,4 +471,44 @@ func reopenChecked(t *testing.T, l *Log, dir string, opts Options, want map[uint
 	}
 	checkAll(t, l, want)
 	return l
+}
+
+// TestWakeFailure: a sleeping log that cannot open tidwall again (here by
+// injection) acknowledges nothing of the commit that needed it and fails,
+// and what it had acknowledged before it slept opens intact.
+func TestWakeFailure(t *testing.T) {
+	dir := t.TempDir()
+	var broken atomic.Bool
+	opts := Options{IdleRoll: 10 * time.Millisecond, Fault: func(op string) error {
+		if op == "wake" && broken.Load() {
+			return errors.New("injected: too many open files")
+		}
+		return nil
+	}}
+	l, _ := openT(t, dir, opts)
+	rng := rand.New(rand.NewPCG(13, 14))
+	want := fill(t, l, 10, rng)
+	for deadline := time.Now().Add(10 * time.Second); openIn(t, dir) > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the log never slept")
+		}
+	}
+	broken.Store(true)
+	done := make(chan error, 1)
+	if _, err := l.Append([]Event{enq(0)}, func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("a commit was acknowledged although tidwall could not be opened")
+	}
+	if !errors.Is(l.Err(), ErrFailed) {
+		t.Fatalf("log error after a failed wake: %v", l.Err())
+	}
+	l.Close()
+	l, rep := openT(t, dir, Options{})
+	defer l.Close()
+	if rep.LastIndex != 10 {
+		t.Fatalf("reopened %+v, want the 10 acknowledged records", rep)
+	}
+	checkAll(t, l, want)
 }
