@@ -213,6 +213,9 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		}
 		rec.Entities = append(rec.Entities, er)
 		b.entities[strings.ToLower(e.name)] = e
+		if cfg := e.cfg.Load(); cfg != nil && ignoredForwarding(*cfg) {
+			b.logger.Warn("queue requires sessions; its ForwardTo is ignored", "entity", e.name, "forward_to", cfg.ForwardTo)
+		}
 		b.logger.Info("entity recovered", "entity", er.Name, "snapshot", er.Snapshot, "replayed", er.Replayed,
 			"took", er.Took, "tail_repair", er.Repair.String())
 	}

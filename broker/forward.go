@@ -64,8 +64,8 @@ func (e *Entity) forwardTarget(queue uint32, msgs []projection.Message) (t *Enti
 	}
 	for range MaxForwardHops {
 		cfg := cur.cfg.Load()
-		if cfg == nil || cfg.ForwardTo == "" {
-			break
+		if cfg == nil || cfg.ForwardTo == "" || cfg.RequiresSession {
+			break // a session queue never forwards (see ignoredForwarding)
 		}
 		next, err := e.b.Entity(cfg.ForwardTo)
 		if err != nil || next == cur {
@@ -81,6 +81,15 @@ func (e *Entity) forwardTarget(queue uint32, msgs []projection.Message) (t *Enti
 		hops++
 	}
 	return cur, hops, nil
+}
+
+// ignoredForwarding says whether cfg, found on disk, names a ForwardTo that
+// is not followed: on a queue that requires sessions, which checkForwarding
+// refuses today but a data directory may hold from before that check (or
+// from a hand-edited log). Refusing to start over it would hold the queue's
+// messages hostage; the queue keeps what is sent to it instead.
+func ignoredForwarding(cfg projection.Config) bool {
+	return cfg.RequiresSession && cfg.ForwardTo != ""
 }
 
 // checkForwarding validates the forwarding settings of cfg for entity name

@@ -318,3 +318,50 @@ func forwardTo(target string) projection.Config {
 	cfg.ForwardTo = target
 	return cfg
 }
+
+// A session queue whose stored config names a ForwardTo (written before
+// checkForwarding refused that, or by hand) opens, and keeps what is sent
+// to it: Service Bus has no forwarding from a session queue.
+func TestStoredSessionQueueForwardToIgnored(t *testing.T) {
+	dir := t.TempDir()
+	b := openBroker(t, Options{Dir: dir})
+	if _, err := b.CreateQueue("dst", projection.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := projection.DefaultConfig()
+	cfg.RequiresSession = true
+	sess, err := b.CreateQueue("sess", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ForwardTo = "dst"
+	if err := b.UpdateQueue("sess", cfg); !errors.Is(err, ErrForwarding) {
+		t.Fatalf("UpdateQueue to a forwarding session queue: %v, want ErrForwarding", err)
+	}
+	// Past the broker's check, as an old data directory would have it.
+	if err := sess.configure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+
+	b = openBroker(t, Options{Dir: dir})
+	defer b.Close()
+	sess, err = b.Entity("sess")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := b.Entity("dst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sess.cfg.Load().ForwardTo; got != "dst" {
+		t.Fatalf("stored ForwardTo %q, want the one written past the check", got)
+	}
+	sendSync(t, sess, projection.Message{Body: []byte("m"), SessionID: "s1"})
+	if c, _ := sess.Counts(log.MainQueue); c.Total != 1 {
+		t.Fatalf("sess holds %d messages, want the one sent to it", c.Total)
+	}
+	if c, _ := dst.Counts(log.MainQueue); c.Total != 0 {
+		t.Fatalf("dst holds %d messages, want none forwarded from a session queue", c.Total)
+	}
+}
