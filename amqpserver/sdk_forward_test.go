@@ -1,6 +1,7 @@
 package amqpserver
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -142,5 +143,49 @@ func TestSDKForwardDeadLettered(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the source's dead-letter queue still holds %d messages", len(left))
 		}
+	}
+}
+
+// A forwarding queue with duplicate detection drops a MessageId it has
+// seen, although it stores nothing: the repeat of a single send and the
+// repeat inside a batch never reach the target.
+func TestSDKForwardToDuplicateDetection(t *testing.T) {
+	tb := startBroker(t, nil)
+	first := projection.DefaultConfig()
+	first.ForwardTo, first.RequiresDuplicateDetection = "last", true
+	createQueues(t, tb, "last", projection.DefaultConfig(), "first", first)
+	c := tb.client(t)
+	s, err := c.NewSender("first", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{"x1", "x2"} {
+		if err := s.SendMessage(ctxT(t), &azservicebus.Message{MessageID: to.Ptr("x"), Body: []byte(body)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := s.NewMessageBatch(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{"y1", "y2", "x3"} {
+		if err := batch.AddMessage(&azservicebus.Message{MessageID: to.Ptr(body[:1]), Body: []byte(body)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SendMessageBatch(ctxT(t), batch, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := c.NewReceiverForQueue("last", nil)
+	got, err := r.PeekMessages(ctxT(t), 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bodies []string
+	for _, m := range got {
+		bodies = append(bodies, string(m.Body))
+	}
+	if fmt.Sprint(bodies) != "[x1 y1]" {
+		t.Fatalf("last holds %v, want [x1 y1]", bodies)
 	}
 }

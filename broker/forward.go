@@ -17,8 +17,13 @@ import (
 // append there, so nothing is ever in flight between two logs. Schedule and
 // cancel follow the same chain, so the SequenceNumbers a schedule returns
 // can be cancelled through the entity the client named. The entities on
-// the way apply their size limits, but not their duplicate detection: they
-// store nothing, so they remember no MessageIds (Service Bus's would).
+// the way apply their size limits and their duplicate detection: they
+// store nothing, so what each has accepted is remembered where it went,
+// in the same atomic append (log.Remembered), and checked there. An entity
+// that stops forwarding, or forwards elsewhere, starts with no memory of
+// MessageIds in its new place; a changed window applies to what is
+// accepted from then on. Forwards from dead-letter queues pass the
+// duplicate detection of no entity on the way.
 //
 // ForwardDeadLetteredMessagesTo moves messages that land in the dead-letter
 // queue. They are dead-lettered in their own log first (the reason is
@@ -56,11 +61,12 @@ var ErrForwarding = errors.New("invalid forwarding")
 // hops counts the links followed. A chain that names an entity that no
 // longer exists stops before it, so messages are kept, not lost. Each
 // entity a message passes through accepts it first, so its size limit
-// applies too: the error is for msgs that one of them refuses.
-func (e *Entity) forwardTarget(queue uint32, msgs []projection.Message) (t *Entity, hops uint32, err error) {
+// applies too: the error is for msgs that one of them refuses. via lists
+// those of them whose duplicate detection applies, for the target to run.
+func (e *Entity) forwardTarget(queue uint32, msgs []projection.Message) (t *Entity, hops uint32, via []projection.Via, err error) {
 	cur := e
 	if queue != log.MainQueue {
-		return cur, 0, nil
+		return cur, 0, nil, nil
 	}
 	for range MaxForwardHops {
 		cfg := cur.cfg.Load()
@@ -74,13 +80,16 @@ func (e *Entity) forwardTarget(queue uint32, msgs []projection.Message) (t *Enti
 		}
 		for _, m := range msgs {
 			if len(m.Body) > cfg.MaxMessageSize {
-				return nil, 0, fmt.Errorf("%w: %d bytes, limit %d (%s)", projection.ErrMessageTooLarge, len(m.Body), cfg.MaxMessageSize, cur.name)
+				return nil, 0, nil, fmt.Errorf("%w: %d bytes, limit %d (%s)", projection.ErrMessageTooLarge, len(m.Body), cfg.MaxMessageSize, cur.name)
 			}
+		}
+		if cfg.RequiresDuplicateDetection {
+			via = append(via, projection.Via{Name: cur.name, Window: cfg.DuplicateWindow})
 		}
 		cur = next
 		hops++
 	}
-	return cur, hops, nil
+	return cur, hops, via, nil
 }
 
 // ignoredForwarding says whether cfg, found on disk, names a ForwardTo that
@@ -300,9 +309,11 @@ func (e *Entity) forwardFailed(err error) {
 
 // sendForwarded appends a message forwarded from another entity's
 // dead-letter queue (see projection.Forward) to the main queue, following
-// this entity's own ForwardTo chain; done runs once it is durable.
+// this entity's own ForwardTo chain; done runs once it is durable. As
+// with the arrival's own duplicate detection (see Send.Forward), that of
+// the entities on the chain does not apply to it.
 func (e *Entity) sendForwarded(msg projection.Message, fw *projection.Forward, done func(error)) {
-	t, hops, err := e.forwardTarget(log.MainQueue, []projection.Message{msg})
+	t, hops, _, err := e.forwardTarget(log.MainQueue, []projection.Message{msg})
 	if err != nil {
 		done(err)
 		return

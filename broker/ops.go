@@ -15,7 +15,7 @@ import (
 // Send takes ownership of the messages' Body slices. done runs on a broker
 // goroutine and must not block.
 func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error)) {
-	t, hops, err := e.forwardTarget(queue, msgs)
+	t, hops, via, err := e.forwardTarget(queue, msgs)
 	if err != nil {
 		done(err)
 		return
@@ -23,7 +23,7 @@ func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error))
 	// Even when every message is a duplicate (no events), done waits for
 	// whatever came before: the original may not be durable yet.
 	t.do(done, func(t *Entity) ([]log.Event, error) {
-		return t.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops})
+		return t.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via})
 	})
 }
 
@@ -31,13 +31,13 @@ func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error))
 // stored (scheduled or, if due already, enqueued), in order. Duplicates
 // dropped by duplicate detection have none.
 func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]uint64, error)) {
-	t, hops, err := e.forwardTarget(queue, msgs)
+	t, hops, via, err := e.forwardTarget(queue, msgs)
 	if err != nil {
 		done(nil, err)
 		return
 	}
 	err = t.post(func(e *Entity) {
-		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops})
+		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via})
 		if err != nil {
 			done(nil, err)
 			return
@@ -45,9 +45,11 @@ func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]u
 		// Append sets each Index under the log's lock before the writer can
 		// see the group, so done may read them.
 		if err := e.commit(evs, func(err error) {
-			seqs := make([]uint64, len(evs))
+			seqs := make([]uint64, 0, len(evs))
 			for i := range evs {
-				seqs[i] = evs[i].Index
+				if evs[i].Type != log.Remembered {
+					seqs = append(seqs, evs[i].Index)
+				}
 			}
 			done(seqs, err)
 		}); err != nil {
@@ -62,7 +64,7 @@ func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]u
 // Cancel withdraws scheduled messages; numbers no longer scheduled are
 // ignored. done runs once the cancellation is durable.
 func (e *Entity) Cancel(queue uint32, seqs []uint64, done func(error)) {
-	t, _, _ := e.forwardTarget(queue, nil)
+	t, _, _, _ := e.forwardTarget(queue, nil)
 	t.do(done, func(t *Entity) ([]log.Event, error) {
 		return t.decide(projection.Cancel{Queue: queue, Seqs: seqs})
 	})

@@ -149,6 +149,7 @@ func (h *harness) exec(t *testing.T, td *datadriven.TestData) (string, error) {
 			cfg.DuplicateWindow = a.dur("dedup", cfg.DuplicateWindow)
 		}
 		cfg.MaxMessageSize = a.int("max-size", cfg.MaxMessageSize)
+		cfg.ForwardTo = a.str("forward", "")
 		if td.Cmd == "update" {
 			return "", h.b.UpdateQueue(a.str("q", ""), cfg)
 		}

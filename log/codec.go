@@ -70,6 +70,7 @@ var layouts = map[Type][]field{
 		fMessage},
 	Restored: {fQueue, fSeq, fUntil, fDeliveries, fMessageID, fSessionID, fName, fReason, fDescription, fProps,
 		fMessage},
+	Remembered: {fName, fMessageID, fUntil},
 
 	Locked:      {fQueue, fSeq, fToken, fUntil, fReceiver},
 	LockRenewed: {fQueue, fSeq, fUntil},

@@ -38,6 +38,13 @@ const (
 	// overlay, as Forwarded carries them (Name: dead-letter source; Reason
 	// and Description: dead-letter reason, in a dead-letter queue; Props).
 	Restored Type = 15
+	// Remembered: an entity on the ForwardTo chain of a send that ended
+	// here (Name) accepted MessageID under its duplicate detection, which
+	// remembers it until Until. The entity stores nothing itself, so its
+	// memory of MessageIds lives in the log that holds what it forwarded.
+	// It comes in the send's atomic group, before the message's own event,
+	// and has no queue.
+	Remembered Type = 16
 
 	Locked      Type = 20 // a message was locked for a receiver (peek-lock)
 	LockRenewed Type = 21 // the lock's owner extended it
@@ -128,7 +135,7 @@ const FlagContinued uint8 = 1
 var typeNames = map[Type]string{
 	EntityCreated: "entity-created", EntityUpdated: "entity-updated", EntityDeleted: "entity-deleted",
 	Enqueued: "enqueued", Scheduled: "scheduled", ScheduleCancelled: "schedule-cancelled", Activated: "activated",
-	Forwarded: "forwarded", Restored: "restored",
+	Forwarded: "forwarded", Restored: "restored", Remembered: "remembered",
 	Locked: "locked", LockRenewed: "lock-renewed", LockExpired: "lock-expired",
 	Completed: "completed", Abandoned: "abandoned", Released: "released", Deferred: "deferred",
 	DeadLettered: "dead-lettered", Expired: "expired", ReceivedAndDeleted: "received-and-deleted",

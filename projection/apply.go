@@ -2,6 +2,7 @@ package projection
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
 
@@ -22,6 +23,9 @@ func (e *Entity) Apply(ev *log.Event) error {
 	case log.EntityCreated, log.EntityUpdated:
 		return e.applyConfig(ev)
 	case log.Checkpoint:
+		return nil
+	case log.Remembered:
+		e.rememberVia(ev)
 		return nil
 	}
 	q := e.Queue(ev.Queue)
@@ -147,6 +151,30 @@ func (e *Entity) remember(id string, at int64) {
 		e.dedup.Add(id, at)
 	}
 }
+
+// rememberVia adds a MessageId that an entity forwarding here accepted to
+// that entity's window (until ev.Until), forgetting the ones that fell out.
+func (e *Entity) rememberVia(ev *log.Event) {
+	key := viaKey(ev.Name)
+	d := e.via[key]
+	if d == nil {
+		d = index.NewDedup()
+		e.via[key] = d
+	}
+	d.Expire(ev.Time - (ev.Until - ev.Time))
+	d.Add(ev.MessageID, ev.Time)
+}
+
+// seenVia reports whether the entity via (a viaKey) accepted id at or after
+// since.
+func (e *Entity) seenVia(via, id string, since int64) bool {
+	d := e.via[via]
+	return d != nil && d.Seen(id, since)
+}
+
+// viaKey is the key of an entity name in Entity.via: names are
+// case-insensitive.
+func viaKey(name string) string { return strings.ToLower(name) }
 
 // deadLetter moves a message to its queue's dead-letter subqueue, keeping its
 // SequenceNumber and delivery count; the event itself carries the reason.

@@ -29,8 +29,23 @@ type Send struct {
 	// entity (0 for one sent to it).
 	Hops uint32
 	// Forward, if set, makes this the arrival of one message auto-forwarded
-	// from another entity's dead-letter queue.
+	// from another entity's dead-letter queue. Duplicate detection (the
+	// entity's own, and Via) does not apply to it; repeats of the same
+	// forward are dropped by Forward.Source and Seq instead.
 	Forward *Forward
+	// Via lists the entities on the ForwardTo chain the send followed
+	// (the one it was sent to first) that require duplicate detection,
+	// in chain order. Each accepts a message only if it has not seen its
+	// MessageId within its window, and then remembers it (a Remembered
+	// event), as if it had stored the message and forwarded it on.
+	Via []Via
+}
+
+// Via is an entity on a send's ForwardTo chain whose duplicate detection
+// applies, with its window.
+type Via struct {
+	Name   string
+	Window time.Duration
 }
 
 // MaxHops is how many auto-forwards (ForwardTo links and dead-letter
@@ -384,6 +399,7 @@ func (d *decision) send(c Send) error {
 		return nil
 	}
 	var batchIDs map[string]bool
+	var viaIDs map[viaID]bool
 	d.out = slices.Grow(d.out, len(c.Messages))
 	for _, m := range c.Messages {
 		if len(m.Body) > cfg.MaxMessageSize {
@@ -391,6 +407,9 @@ func (d *decision) send(c Send) error {
 		}
 		if q.sessions != nil && m.SessionID == "" {
 			return ErrSessionIDRequired
+		}
+		if len(c.Via) > 0 && m.MessageID != "" && d.droppedOnTheWay(c.Via, m.MessageID, &viaIDs) {
+			continue // accepted and dropped by an entity it passed
 		}
 		if cfg.RequiresDuplicateDetection && m.MessageID != "" {
 			if d.e.dedup.Seen(m.MessageID, d.now-int64(cfg.DuplicateWindow)) || batchIDs[m.MessageID] {
@@ -410,6 +429,28 @@ func (d *decision) send(c Send) error {
 			MessageID: m.MessageID, SessionID: m.SessionID, Message: m.Body, Hops: c.Hops})
 	}
 	return nil
+}
+
+// viaID is a MessageId that an entity on a send's way accepted.
+type viaID struct{ via, id string }
+
+// droppedOnTheWay runs the duplicate detection of the entities a send
+// passed on its ForwardTo chain, in order, for one message: the first that
+// has seen id (before, or earlier in the same send) drops it; each one
+// before that accepts it and remembers it.
+func (d *decision) droppedOnTheWay(via []Via, id string, batch *map[viaID]bool) bool {
+	for _, v := range via {
+		key := viaID{viaKey(v.Name), id}
+		if d.e.seenVia(key.via, id, d.now-int64(v.Window)) || (*batch)[key] {
+			return true
+		}
+		if *batch == nil {
+			*batch = make(map[viaID]bool)
+		}
+		(*batch)[key] = true
+		d.emit(log.Event{Type: log.Remembered, Name: v.Name, MessageID: id, Until: d.now + int64(v.Window)})
+	}
+	return false
 }
 
 func (d *decision) restore(c Restore) error {

@@ -21,6 +21,7 @@ import (
 //	version, name, created, config (JSON), last index, last time
 //	dedup: count, (id, time)... in acceptance order
 //	forwarded (version 2): count, (source id, seq)... by source id
+//	via (version 4): count, (entity name, count, (id, time)... in acceptance order)... by name
 //	queues: count (version 3: 3 with the transfer dead-letter subqueue; before: 2), then per queue:
 //	  number, has-sessions
 //	  sessions (if any): next number, free numbers, count, (no, id, owner, locked-until, has-state, state, state-time)...
@@ -29,7 +30,7 @@ import (
 //	  overlays: count, (seq, refs count, (index, offset, size)...)...
 //	  expiries: count, (seq, at)...      live TTL timers
 //	  activations: count, (seq, at)...   live schedule timers
-const encodingVersion = 3
+const encodingVersion = 4
 
 // Encode appends the canonical encoding of e to dst.
 func (e *Entity) Encode(dst []byte) []byte {
@@ -54,6 +55,20 @@ func (e *Entity) Encode(dst []byte) []byte {
 	for _, src := range sources {
 		dst = binary.AppendUvarint(dst, src)
 		dst = binary.AppendUvarint(dst, e.forwarded[src])
+	}
+
+	vias := slices.Sorted(maps.Keys(e.via))
+	vias = slices.DeleteFunc(vias, func(v string) bool { return e.via[v].Len() == 0 })
+	dst = binary.AppendUvarint(dst, uint64(len(vias)))
+	for _, v := range vias {
+		dst = log.AppendString(dst, v)
+		ids, ats = ids[:0], ats[:0]
+		e.via[v].Entries(func(id string, at int64) { ids, ats = append(ids, id), append(ats, at) })
+		dst = binary.AppendUvarint(dst, uint64(len(ids)))
+		for i := range ids {
+			dst = log.AppendString(dst, ids[i])
+			dst = binary.AppendVarint(dst, ats[i])
+		}
 	}
 
 	dst = binary.AppendUvarint(dst, uint64(len(e.queues)))
@@ -198,6 +213,26 @@ func Decode(b []byte) (*Entity, error) {
 				return nil, fmt.Errorf("forwarding sources not ascending at %d", src)
 			}
 			e.forwarded[src], prev = seq, src
+		}
+	}
+	if v >= 4 {
+		prev := ""
+		for n := r.Count(2); n > 0 && r.Err() == nil; n-- {
+			via := r.String()
+			if r.Err() == nil && (via <= prev || via != viaKey(via)) {
+				return nil, fmt.Errorf("via entities not ascending or not lower-case at %q", via)
+			}
+			d := index.NewDedup()
+			for m := r.Count(2); m > 0; m-- {
+				id, at := r.String(), r.Varint()
+				if r.Err() == nil {
+					d.Add(id, at)
+				}
+			}
+			if r.Err() == nil && d.Len() == 0 {
+				return nil, fmt.Errorf("via entity %q remembers nothing", via)
+			}
+			e.via[via], prev = d, via
 		}
 	}
 

@@ -23,7 +23,8 @@ type model struct {
 	msgs     map[uint64]*mMsg
 	sessions map[string]*mSession
 	dedup    map[string]int64
-	lastFwd  map[uint64]uint64 // source id -> seq of the last forwarded arrival
+	via      map[string]map[string]int64 // lower-case entity name -> MessageId -> time it was accepted there
+	lastFwd  map[uint64]uint64           // source id -> seq of the last forwarded arrival
 	last     uint64
 }
 
@@ -49,7 +50,7 @@ type mSession struct {
 
 func newModel() *model {
 	return &model{msgs: map[uint64]*mMsg{}, sessions: map[string]*mSession{}, dedup: map[string]int64{},
-		lastFwd: map[uint64]uint64{}}
+		lastFwd: map[uint64]uint64{}, via: map[string]map[string]int64{}}
 }
 
 func (m *model) session(id string) *mSession {
@@ -123,12 +124,26 @@ func (d *mDecision) run(cmd Command) error {
 			return nil
 		}
 		batch := map[string]bool{}
+		viaBatch := map[string]bool{}
+	messages:
 		for _, msg := range c.Messages {
 			if len(msg.Body) > m.cfg.MaxMessageSize {
 				return ErrMessageTooLarge
 			}
 			if m.cfg.RequiresSession && msg.SessionID == "" {
 				return ErrSessionIDRequired
+			}
+			for _, v := range c.Via {
+				if msg.MessageID == "" {
+					break
+				}
+				name := strings.ToLower(v.Name)
+				at, seen := m.via[name][msg.MessageID]
+				if seen && at >= d.now-int64(v.Window) || viaBatch[name+"/"+msg.MessageID] {
+					continue messages
+				}
+				viaBatch[name+"/"+msg.MessageID] = true
+				d.emit(log.Event{Type: log.Remembered, Name: v.Name, MessageID: msg.MessageID, Until: d.now + int64(v.Window)})
 			}
 			if m.cfg.RequiresDuplicateDetection && msg.MessageID != "" {
 				at, seen := m.dedup[msg.MessageID]
@@ -448,6 +463,12 @@ func (m *model) apply(ev *log.Event) {
 	case log.EntityCreated, log.EntityUpdated:
 		m.cfg, _ = DecodeConfig(ev.Props)
 		m.created = true
+	case log.Remembered:
+		name := strings.ToLower(ev.Name)
+		if m.via[name] == nil {
+			m.via[name] = map[string]int64{}
+		}
+		m.via[name][ev.MessageID] = ev.Time
 	case log.Enqueued, log.Scheduled, log.Activated, log.Forwarded:
 		if ev.Type == log.Activated {
 			delete(m.msgs, ev.Seq)
@@ -719,8 +740,9 @@ func sameError(a, b error) bool {
 func eventKeys(evs []log.Event) []string {
 	out := make([]string, len(evs))
 	for i, e := range evs {
-		out[i] = fmt.Sprintf("%s q%d seq=%d until=%d ttl=%d tok=%x id=%q sess=%q rcv=%q reason=%q props=%d body=%d",
-			e.Type, e.Queue, e.Seq, e.Until, e.TTL, e.Token, e.MessageID, e.SessionID, e.Receiver, e.Reason, len(e.Props), len(e.Message))
+		out[i] = fmt.Sprintf("%s q%d seq=%d until=%d ttl=%d tok=%x id=%q sess=%q rcv=%q reason=%q name=%q props=%d body=%d",
+			e.Type, e.Queue, e.Seq, e.Until, e.TTL, e.Token, e.MessageID, e.SessionID, e.Receiver, e.Reason, e.Name,
+			len(e.Props), len(e.Message))
 	}
 	return out
 }
@@ -766,6 +788,21 @@ func (h *history) step() {
 			// numbers so that repeats (after a source's crash) come up.
 			h.run(Send{Queue: log.MainQueue, Messages: msgs[:1], Forward: &Forward{Source: uint64(1 + r.IntN(2)),
 				SourceName: "src", Seq: uint64(1 + r.IntN(4)), Reason: "r", Props: []byte{0xc1, 1, 0}}})
+			return
+		}
+		if r.IntN(4) == 0 {
+			// Sent to entities that forward here, with duplicate detection
+			// of their own ("A" and "a" are one entity). Their windows stay
+			// as they are: a changed one applies to what the entity accepts
+			// from then on, which the model does not follow.
+			via := []Via{{Name: "A", Window: 45 * time.Second}}
+			if r.IntN(2) == 0 {
+				via = append(via, Via{Name: "b", Window: 100 * time.Second})
+			}
+			if r.IntN(3) == 0 {
+				via[0].Name = "a"
+			}
+			h.run(Send{Queue: log.MainQueue, Messages: msgs, Via: via})
 			return
 		}
 		h.run(Send{Queue: uint32(r.IntN(8) / 7), Messages: msgs})

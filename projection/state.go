@@ -20,8 +20,14 @@ type Entity struct {
 	// forwarded is, per source entity id, the SequenceNumber there of the
 	// last message that arrived from it by dead-letter forwarding.
 	forwarded map[uint64]uint64
-	last      uint64 // index of the last applied event
-	lastTime  int64  // its timestamp
+	// via is, per entity that forwards here (by lower-case name), the
+	// MessageIds its duplicate detection accepted: it stores nothing of its
+	// own, so its memory is kept where its messages went (log.Remembered).
+	// Each window forgets as new ids arrive through it; one that stopped
+	// forwarding here keeps its last window's ids.
+	via      map[string]*index.Dedup
+	last     uint64 // index of the last applied event
+	lastTime int64  // its timestamp
 }
 
 // Queue is one queue of an entity: the sets of messages by state as roaring
@@ -54,7 +60,8 @@ type Ref struct {
 
 // New returns the empty state of an entity log.
 func New() *Entity {
-	e := &Entity{cfg: DefaultConfig(), dedup: index.NewDedup(), forwarded: map[uint64]uint64{}}
+	e := &Entity{cfg: DefaultConfig(), dedup: index.NewDedup(), forwarded: map[uint64]uint64{},
+		via: map[string]*index.Dedup{}}
 	e.queues = []*Queue{newQueue(log.MainQueue, false), newQueue(log.DeadLetterQueue, false),
 		newQueue(log.TransferDeadLetterQueue, false)}
 	return e

@@ -5,33 +5,53 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/walbus/walbus/index"
 	"github.com/walbus/walbus/log"
 )
 
-// A state encoded before the transfer dead-letter subqueue (version 2:
-// two queues) decodes, with that subqueue empty, to the state it was.
+// States encoded by earlier versions decode to the state they were:
+// version 3 (before the via section) with no MessageIds remembered for
+// entities forwarding here, version 2 (before the transfer dead-letter
+// subqueue: two queues) with that subqueue empty too.
 func TestDecodesStateOfVersion2(t *testing.T) {
 	h := newHistory(3, modelConfigs["ttl-dedup-dlq"], t.Fatalf)
 	for len(h.events) < 300 || h.e.Queue(log.DeadLetterQueue).Counts().Total == 0 {
 		h.step()
 	}
 	e := replay(t, h.events)
-	// Empty the transfer dead-letter queue, as it is in any older state.
-	e.queues[log.TransferDeadLetterQueue] = newQueue(log.TransferDeadLetterQueue, false)
-	full := e.Encode(nil)
+	if len(e.via) == 0 {
+		t.Fatal("the history remembers no MessageIds for entities on the way: the test shows nothing")
+	}
+	// Forget those, as any older state has none.
+	e.via = map[string]*index.Dedup{}
+	v3 := e.Encode(nil)
 	var queues []byte
 	for _, q := range e.queues[:2] {
 		queues = q.encode(queues)
 	}
 	last := e.queues[2].encode(nil)
-	header := full[:len(full)-len(queues)-len(last)-1]
-	if full[0] != 3 || full[len(header)] != 3 {
-		t.Fatalf("version %d with %d queues", full[0], full[len(header)])
+	header := v3[:len(v3)-len(queues)-len(last)-1]
+	if v3[0] != 4 || header[len(header)-1] != 0 || v3[len(header)] != 3 {
+		t.Fatalf("version %d, %d vias, %d queues", v3[0], header[len(header)-1], v3[len(header)])
 	}
+	header = header[:len(header)-1] // without the via section, and the version
+	v3[0] = 3
+	v3 = append(v3[:len(header)], v3[len(header)+1:]...)
+	got, err := Decode(v3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Encode(nil), e.Encode(nil)) {
+		t.Fatal("a version 3 state decodes to another state")
+	}
+
+	// Empty the transfer dead-letter queue, as it is in any older state.
+	e.queues[log.TransferDeadLetterQueue] = newQueue(log.TransferDeadLetterQueue, false)
+	full := e.Encode(nil)
 	old := append([]byte{2}, header[1:]...)
 	old = binary.AppendUvarint(old, 2)
 	old = append(old, queues...)
-	got, err := Decode(old)
+	got, err = Decode(old)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -126,7 +126,7 @@ func seqOf(ev *log.Event) uint64 {
 	switch ev.Type {
 	case log.Enqueued, log.Scheduled, log.Activated, log.Forwarded, log.Restored:
 		return ev.Index
-	case log.EntityCreated, log.EntityUpdated, log.EntityDeleted,
+	case log.EntityCreated, log.EntityUpdated, log.EntityDeleted, log.Remembered,
 		log.SessionLocked, log.SessionLockRenewed, log.SessionUnlocked, log.SessionStateSet:
 		return 0
 	}
@@ -139,7 +139,9 @@ func isNamespaceType(t log.Type) bool {
 
 // hasQueue says whether events of type t are about one of the entity's
 // queues.
-func hasQueue(t log.Type) bool { return !isNamespaceType(t) && t != log.Checkpoint }
+func hasQueue(t log.Type) bool {
+	return !isNamespaceType(t) && t != log.Checkpoint && t != log.Remembered
+}
 
 func hasMessage(t log.Type) bool {
 	return t == log.Enqueued || t == log.Scheduled || t == log.Activated || t == log.Forwarded || t == log.Restored
@@ -228,6 +230,10 @@ func eventDetails(ev *log.Event, c eventContext) string {
 		add("reason", quoteIfNeeded(ev.Reason))
 	case log.Restored:
 		add("from", strconv.FormatUint(ev.Seq, 10))
+	case log.Remembered:
+		add("via", quoteIfNeeded(ev.Name))
+		add("id", quoteIfNeeded(ev.MessageID))
+		add("until", rel(ev.Until))
 	}
 	if hasMessage(ev.Type) {
 		if ev.MessageID != "" {

@@ -199,3 +199,38 @@ func TestToolsOnDeletedMessages(t *testing.T) {
 		}
 	}
 }
+
+// A queue with duplicate detection that forwards: what it accepted is
+// remembered in its target's log. verify accepts the directory, replay
+// shows the record, and the audit of the MessageId finds the one message
+// that went through, not the duplicate src dropped.
+func TestToolsOnRememberedMessageIDs(t *testing.T) {
+	data := t.TempDir()
+	s := newSceneWith(t, broker.Options{Dir: data})
+	s.queue("dst", projection.DefaultConfig())
+	cfg := projection.DefaultConfig()
+	cfg.ForwardTo = "dst"
+	cfg.RequiresDuplicateDetection = true
+	src := s.queue("src", cfg)
+	s.send(src, msg("m", "first"))
+	s.send(src, msg("m", "again"))
+	s.close()
+
+	if f := verifyUnchanged(t, data); len(f) != 0 {
+		t.Fatalf("findings on a directory with remembered MessageIds:\n%s", sprintLines(f))
+	}
+	var out bytes.Buffer
+	if err := Replay(&out, data, ReplayOptions{Entity: "dst"}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(out.String(), "remembered") != 1 || !strings.Contains(out.String(), "via=src id=m until=+10m") {
+		t.Fatalf("replay of dst:\n%s", out.String())
+	}
+	lives, err := Audit(data, "dst", AuditOptions{MessageID: "m"})
+	if err != nil || len(lives) != 1 {
+		t.Fatalf("audit: %v %v", lives, err)
+	}
+	if steps := stepTypes(lives[0]); len(steps) != 1 || steps[0] != "enqueued" {
+		t.Fatalf("audit steps %v", steps)
+	}
+}
