@@ -108,3 +108,55 @@ func TestConfigChangesReachExistingQueues(t *testing.T) {
 		t.Fatalf("exit %d for a queue made to require sessions:\n%s", code, out)
 	}
 }
+
+// TestForwardingQueueDetectsDuplicatesAcrossKill: a queue from Config.json
+// that forwards and detects duplicates drops a MessageId it accepted
+// before a kill -9, although it stores no message itself; the target holds
+// each MessageId once.
+func TestForwardingQueueDetectsDuplicatesAcrossKill(t *testing.T) {
+	data := t.TempDir()
+	ctx := context.Background()
+	cfg := writeConfigQueues(t, queueDef{"inbox", `"ForwardTo": "work", "RequiresDuplicateDetection": true`},
+		queueDef{"work", ""})
+	p := startWalbus(t, data, "--config", cfg)
+	send := func(ids ...string) {
+		t.Helper()
+		client := p.sdkClient()
+		defer client.Close(ctx)
+		s, err := client.NewSender("inbox", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			if err := s.SendMessage(ctx, &azservicebus.Message{MessageID: &id, Body: []byte(id)}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send("a", "b", "a")
+	p.kill()
+	p.start()
+	send("b", "c", "a")
+
+	client := p.sdkClient()
+	defer client.Close(ctx)
+	r, err := client.NewReceiverForQueue("work", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := r.PeekMessages(ctx, 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range msgs {
+		got = append(got, string(m.Body))
+	}
+	if fmt.Sprint(got) != "[a b c]" {
+		t.Fatalf("work holds %v, want each MessageId once: [a b c]", got)
+	}
+	inbox, _ := client.NewReceiverForQueue("inbox", nil)
+	if left, err := inbox.PeekMessages(ctx, 10, nil); err != nil || len(left) != 0 {
+		t.Fatalf("inbox holds %d messages (%v)", len(left), err)
+	}
+}
