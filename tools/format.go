@@ -41,14 +41,17 @@ type EventRecord struct {
 	Hops         uint32 `json:"hops,omitempty"` // auto-forwards that brought the message here
 	// Deliveries is the message's count of failed delivery attempts after
 	// the event (the AMQP header's delivery-count), when it can be derived.
-	Deliveries  *int            `json:"deliveries,omitempty"`
-	Reason      string          `json:"reason,omitempty"`
-	Description string          `json:"description,omitempty"`
-	PropsSize   int             `json:"props_size,omitempty"` // encoded application properties the event sets
-	StateSize   *int            `json:"state_size,omitempty"` // session state
-	Name        string          `json:"name,omitempty"`       // entity events
-	Spec        json.RawMessage `json:"spec,omitempty"`       // entity events: the recorded definition
-	Body        *BodyPreview    `json:"body,omitempty"`
+	Deliveries  *int   `json:"deliveries,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	Description string `json:"description,omitempty"`
+	PropsSize   int    `json:"props_size,omitempty"` // encoded application properties the event sets
+	StateSize   *int   `json:"state_size,omitempty"` // session state
+	Name        string `json:"name,omitempty"`       // entity events; remembered: the entity on the way
+	// RememberedUntil is when the entity on the way (Name) of a
+	// remembered event forgets its MessageId.
+	RememberedUntil string          `json:"remembered_until,omitempty"`
+	Spec            json.RawMessage `json:"spec,omitempty"` // entity events: the recorded definition
+	Body            *BodyPreview    `json:"body,omitempty"`
 }
 
 // BodyPreview is the start of a message as the client sent it (the bare
@@ -182,6 +185,8 @@ func eventRecord(ev *log.Event, c eventContext) EventRecord {
 	case log.SessionStateSet:
 		n := len(ev.State)
 		r.StateSize = &n
+	case log.Remembered:
+		r.RememberedUntil = rfc3339(ev.Until)
 	}
 	if ev.Type == log.Activated || ev.Type == log.Forwarded || ev.Type == log.Restored {
 		r.From = ev.Seq

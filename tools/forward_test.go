@@ -2,6 +2,7 @@ package tools
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -225,6 +226,15 @@ func TestToolsOnRememberedMessageIDs(t *testing.T) {
 	}
 	if strings.Count(out.String(), "remembered") != 1 || !strings.Contains(out.String(), "via=src id=m until=+10m") {
 		t.Fatalf("replay of dst:\n%s", out.String())
+	}
+	out.Reset()
+	if err := Replay(&out, data, ReplayOptions{Entity: "dst", JSON: true, Types: []log.Type{log.Remembered}}); err != nil {
+		t.Fatal(err)
+	}
+	var rec EventRecord
+	if err := json.Unmarshal(out.Bytes(), &rec); err != nil || rec.Name != "src" || rec.MessageID != "m" ||
+		rec.RememberedUntil != sceneEpoch.Add(10*time.Minute).Format(time.RFC3339Nano) || rec.Queue != "" {
+		t.Fatalf("replay --json of the remembered event: %+v %v\n%s", rec, err, out.String())
 	}
 	lives, err := Audit(data, "dst", AuditOptions{MessageID: "m"})
 	if err != nil || len(lives) != 1 {
