@@ -70,8 +70,8 @@ func (e *Entity) forwardTarget(queue uint32, msgs []projection.Message) (t *Enti
 	}
 	for range MaxForwardHops {
 		cfg := cur.cfg.Load()
-		if cfg == nil || cfg.ForwardTo == "" || cfg.RequiresSession {
-			break // a session queue never forwards (see ignoredForwarding)
+		if cfg == nil || cfg.ForwardTo == "" || ignoredForwarding(*cfg) {
+			break
 		}
 		next, err := e.b.Entity(cfg.ForwardTo)
 		if err != nil || next == cur {

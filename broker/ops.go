@@ -47,7 +47,7 @@ func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]u
 		if err := e.commit(evs, func(err error) {
 			seqs := make([]uint64, 0, len(evs))
 			for i := range evs {
-				if evs[i].Type != log.Remembered {
+				if evs[i].Type.CreatesMessage() {
 					seqs = append(seqs, evs[i].Index)
 				}
 			}

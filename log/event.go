@@ -153,6 +153,16 @@ func (t Type) String() string {
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
 
+// CreatesMessage reports whether events of type t create a message, whose
+// SequenceNumber is the event's index.
+func (t Type) CreatesMessage() bool {
+	switch t {
+	case Enqueued, Scheduled, Activated, Forwarded, Restored:
+		return true
+	}
+	return false
+}
+
 // Valid reports whether t is a known event type.
 func (t Type) Valid() bool {
 	_, ok := layouts[t]

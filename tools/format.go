@@ -126,9 +126,10 @@ func rfc3339(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC333
 // seqOf is the message an event is about: its own index for the events that
 // create a message.
 func seqOf(ev *log.Event) uint64 {
-	switch ev.Type {
-	case log.Enqueued, log.Scheduled, log.Activated, log.Forwarded, log.Restored:
+	if ev.Type.CreatesMessage() {
 		return ev.Index
+	}
+	switch ev.Type {
 	case log.EntityCreated, log.EntityUpdated, log.EntityDeleted, log.Remembered,
 		log.SessionLocked, log.SessionLockRenewed, log.SessionUnlocked, log.SessionStateSet:
 		return 0
@@ -146,9 +147,7 @@ func hasQueue(t log.Type) bool {
 	return !isNamespaceType(t) && t != log.Checkpoint && t != log.Remembered
 }
 
-func hasMessage(t log.Type) bool {
-	return t == log.Enqueued || t == log.Scheduled || t == log.Activated || t == log.Forwarded || t == log.Restored
-}
+func hasMessage(t log.Type) bool { return t.CreatesMessage() }
 
 // eventRecord builds the JSON form of ev.
 func eventRecord(ev *log.Event, c eventContext) EventRecord {
