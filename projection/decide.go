@@ -400,6 +400,9 @@ func (d *decision) send(c Send) error {
 	}
 	var batchIDs map[string]bool
 	var viaIDs map[viaID]bool
+	if len(c.Via) > 0 {
+		viaIDs = make(map[viaID]bool)
+	}
 	d.out = slices.Grow(d.out, len(c.Messages))
 	for _, m := range c.Messages {
 		if len(m.Body) > cfg.MaxMessageSize {
@@ -408,7 +411,7 @@ func (d *decision) send(c Send) error {
 		if q.sessions != nil && m.SessionID == "" {
 			return ErrSessionIDRequired
 		}
-		if len(c.Via) > 0 && m.MessageID != "" && d.droppedOnTheWay(c.Via, m.MessageID, &viaIDs) {
+		if len(c.Via) > 0 && m.MessageID != "" && d.droppedOnTheWay(c.Via, m.MessageID, viaIDs) {
 			continue // accepted and dropped by an entity it passed
 		}
 		if cfg.RequiresDuplicateDetection && m.MessageID != "" {
@@ -437,17 +440,15 @@ type viaID struct{ via, id string }
 // droppedOnTheWay runs the duplicate detection of the entities a send
 // passed on its ForwardTo chain, in order, for one message: the first that
 // has seen id (before, or earlier in the same send) drops it; each one
-// before that accepts it and remembers it.
-func (d *decision) droppedOnTheWay(via []Via, id string, batch *map[viaID]bool) bool {
+// before that accepts it and remembers it. batch holds what the send's
+// earlier messages were accepted as.
+func (d *decision) droppedOnTheWay(via []Via, id string, batch map[viaID]bool) bool {
 	for _, v := range via {
 		key := viaID{viaKey(v.Name), id}
-		if d.e.seenVia(key.via, id, d.now-int64(v.Window)) || (*batch)[key] {
+		if d.e.seenVia(key.via, id, d.now-int64(v.Window)) || batch[key] {
 			return true
 		}
-		if *batch == nil {
-			*batch = make(map[viaID]bool)
-		}
-		(*batch)[key] = true
+		batch[key] = true
 		d.emit(log.Event{Type: log.Remembered, Name: v.Name, MessageID: id, Until: d.now + int64(v.Window)})
 	}
 	return false

@@ -41,14 +41,7 @@ func (e *Entity) Encode(dst []byte) []byte {
 	dst = binary.AppendUvarint(dst, e.last)
 	dst = binary.AppendVarint(dst, e.lastTime)
 
-	var ids []string
-	var ats []int64
-	e.dedup.Entries(func(id string, at int64) { ids, ats = append(ids, id), append(ats, at) })
-	dst = binary.AppendUvarint(dst, uint64(len(ids)))
-	for i := range ids {
-		dst = log.AppendString(dst, ids[i])
-		dst = binary.AppendVarint(dst, ats[i])
-	}
+	dst = appendDedup(dst, e.dedup)
 
 	sources := slices.Sorted(maps.Keys(e.forwarded))
 	dst = binary.AppendUvarint(dst, uint64(len(sources)))
@@ -62,13 +55,7 @@ func (e *Entity) Encode(dst []byte) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(vias)))
 	for _, v := range vias {
 		dst = log.AppendString(dst, v)
-		ids, ats = ids[:0], ats[:0]
-		e.via[v].Entries(func(id string, at int64) { ids, ats = append(ids, id), append(ats, at) })
-		dst = binary.AppendUvarint(dst, uint64(len(ids)))
-		for i := range ids {
-			dst = log.AppendString(dst, ids[i])
-			dst = binary.AppendVarint(dst, ats[i])
-		}
+		dst = appendDedup(dst, e.via[v])
 	}
 
 	dst = binary.AppendUvarint(dst, uint64(len(e.queues)))
@@ -166,6 +153,30 @@ func appendTimers(dst []byte, ts []index.Timer) []byte {
 	return dst
 }
 
+// appendDedup writes a duplicate-detection window: count, (id, time)... in
+// acceptance order.
+func appendDedup(dst []byte, d *index.Dedup) []byte {
+	var ids []string
+	var ats []int64
+	d.Entries(func(id string, at int64) { ids, ats = append(ids, id), append(ats, at) })
+	dst = binary.AppendUvarint(dst, uint64(len(ids)))
+	for i := range ids {
+		dst = log.AppendString(dst, ids[i])
+		dst = binary.AppendVarint(dst, ats[i])
+	}
+	return dst
+}
+
+// readDedup reads what appendDedup wrote into d.
+func readDedup(r *log.Reader, d *index.Dedup) {
+	for n := r.Count(2); n > 0; n-- {
+		id, at := r.String(), r.Varint()
+		if r.Err() == nil {
+			d.Add(id, at)
+		}
+	}
+}
+
 func appendBool(dst []byte, b bool) []byte {
 	if b {
 		return append(dst, 1)
@@ -199,12 +210,7 @@ func Decode(b []byte) (*Entity, error) {
 		e.cfg = cfg
 	}
 
-	for n := r.Count(2); n > 0; n-- {
-		id, at := r.String(), r.Varint()
-		if r.Err() == nil {
-			e.dedup.Add(id, at)
-		}
-	}
+	readDedup(r, e.dedup)
 	if v >= 2 {
 		var prev uint64
 		for n := r.Count(2); n > 0 && r.Err() == nil; n-- {
@@ -223,12 +229,7 @@ func Decode(b []byte) (*Entity, error) {
 				return nil, fmt.Errorf("via entities not ascending or not lower-case at %q", via)
 			}
 			d := index.NewDedup()
-			for m := r.Count(2); m > 0; m-- {
-				id, at := r.String(), r.Varint()
-				if r.Err() == nil {
-					d.Add(id, at)
-				}
-			}
+			readDedup(r, d)
 			if r.Err() == nil && d.Len() == 0 {
 				return nil, fmt.Errorf("via entity %q remembers nothing", via)
 			}
