@@ -14,8 +14,16 @@
 // costs, and the latency clients see through it, is what the machine and
 // the client cost before any broker does real work.
 //
-// It is not a broker: nothing is durable, nothing is checked, and a
-// receiver that stops reading its socket stalls whoever sends to it.
+// NewDurable gives the durable floor: the same, except that every message
+// sent to a queue, and every settlement a receiver asks an answer for, is
+// appended to one file and fsynced (in group commits) before it is answered
+// or delivered, which is the least DESIGN.md's rule lets any broker do.
+// Between the two floors and walbus, a benchmark tells what the machine and
+// client cost, what durability costs on this disk, and what walbus adds.
+// Receive-and-delete deliveries are not held for a sync.
+//
+// It is not a broker: nothing is kept past a delivery, nothing is checked,
+// and a receiver that stops reading its socket stalls whoever sends to it.
 package floor
 
 import (
@@ -49,6 +57,7 @@ const (
 type Server struct {
 	mu     sync.Mutex // queues, and every link's credit and session ids
 	queues map[string]*queue
+	log    *syncer // the durable floor's file; nil for the plain floor
 }
 
 type queue struct {
@@ -60,11 +69,66 @@ type queue struct {
 // New returns an empty floor.
 func New() *Server { return &Server{queues: map[string]*queue{}} }
 
-// Serve accepts connections until ln is closed.
+// Write says how a durable floor writes its file.
+type Write int
+
+const (
+	// Append appends and fsyncs, as walbus's log does through tidwall/wal.
+	Append Write = iota
+	// Overwrite fills the file with zeros at start and then writes over
+	// them, round and round, with fdatasync: on ext4 that commits no
+	// metadata, which makes it the cheapest durable write there is.
+	Overwrite
+)
+
+// NewDurable returns an empty durable floor that syncs to the file at path,
+// which it creates or empties.
+func NewDurable(path string, how Write) (*Server, error) {
+	limit := int64(appendLimit)
+	if how == Overwrite {
+		limit = ringSize
+	}
+	w, err := openSyncer(path, how == Overwrite, limit)
+	if err != nil {
+		return nil, err
+	}
+	s := New()
+	s.log = w
+	return s, nil
+}
+
+// Close makes what a durable floor was given durable, answers it, and
+// closes the file, returning the first error the file gave. A plain floor
+// has nothing to close.
+func (s *Server) Close() error {
+	if s.log == nil {
+		return nil
+	}
+	return s.log.close()
+}
+
+// Serve accepts connections until ln is closed or, on a durable floor,
+// until its file fails, which closes ln and is the error returned.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.log != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-s.log.failed:
+				ln.Close()
+			case <-stop:
+			}
+		}()
+	}
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
+			if s.log != nil {
+				if ferr := s.log.failure(); ferr != nil {
+					return ferr
+				}
+			}
 			return err
 		}
 		go s.serveConn(nc)
@@ -228,6 +292,13 @@ func (c *conn) send(ch uint16, p frames.Performative) {
 	c.wmu.Unlock()
 }
 
+// sendBytes queues frames encoded earlier.
+func (c *conn) sendBytes(b []byte) {
+	c.wmu.Lock()
+	c.out = append(c.out, b...)
+	c.wmu.Unlock()
+}
+
 // flush writes what the connection's frames have piled up. Frames are
 // appended in order under wmu, whoever made them, so concurrent flushes
 // keep that order.
@@ -268,7 +339,18 @@ func (c *conn) handle(body []byte) error {
 		return c.transfer(ch, p, payload)
 	case *frames.Disposition:
 		if !p.Settled {
-			c.send(ch, &frames.Disposition{Role: frames.RoleSender, First: p.First, Last: p.Last, Settled: true, State: p.State})
+			reply := &frames.Disposition{Role: frames.RoleSender, First: p.First, Last: p.Last, Settled: true, State: p.State}
+			if c.srv.log == nil {
+				c.send(ch, reply)
+				break
+			}
+			// The state may point into the frame being read: encode
+			// the answer now, and record it as the settlement.
+			b := frames.AppendFrame(nil, frames.TypeAMQP, ch, reply, nil)
+			c.srv.log.add(b, func() {
+				c.sendBytes(b)
+				c.flush()
+			})
 		}
 	case *frames.Detach:
 		if ss := c.sessions[ch]; ss != nil {
@@ -493,10 +575,10 @@ func (c *conn) transfer(ch uint16, t *frames.Transfer, payload []byte) error {
 	if t.More {
 		return nil
 	}
-	if !l.settled {
-		c.send(ch, &frames.Disposition{Role: frames.RoleReceiver, First: l.firstID, Settled: true, State: &frames.Accepted{}})
-	}
 	if l.q == nil {
+		if !l.settled {
+			c.send(ch, accepted(l.firstID))
+		}
 		return c.answer(ss, l)
 	}
 	msgs := [][]byte{l.partial}
@@ -506,19 +588,48 @@ func (c *conn) transfer(ch uint16, t *frames.Transfer, payload []byte) error {
 			return err
 		}
 	}
-	s := c.srv
-	s.mu.Lock()
-	for _, m := range msgs {
-		l.q.msgs = append(l.q.msgs, slices.Clone(m))
+	for i, m := range msgs {
+		msgs[i] = slices.Clone(m)
 	}
-	others := s.dispatch(l.q, c)
-	s.mu.Unlock()
+	s := c.srv
+	var others []*conn
+	if s.log == nil {
+		if !l.settled {
+			c.send(ch, accepted(l.firstID))
+		}
+		others = s.store(l.q, msgs, c)
+	} else {
+		var answer []byte
+		if !l.settled {
+			answer = frames.AppendFrame(nil, frames.TypeAMQP, ch, accepted(l.firstID), nil)
+		}
+		q := l.q
+		s.log.add(l.partial, func() {
+			c.sendBytes(answer)
+			others := s.store(q, msgs, c)
+			c.flush()
+			flushAll(others)
+		})
+	}
 	if l.left--; l.left <= senderCredit/2 {
 		l.grant(senderCredit)
 	}
 	c.flush()
 	flushAll(others)
 	return nil
+}
+
+func accepted(id uint32) *frames.Disposition {
+	return &frames.Disposition{Role: frames.RoleReceiver, First: id, Settled: true, State: &frames.Accepted{}}
+}
+
+// store queues msgs on q and hands what it can to receivers with credit;
+// it returns the connections other than self that it wrote to.
+func (s *Server) store(q *queue, msgs [][]byte, self *conn) []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q.msgs = append(q.msgs, msgs...)
+	return s.dispatch(q, self)
 }
 
 // answer replies to a request on $cbs or $management: a token is

@@ -1,9 +1,12 @@
 package floor_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,13 +17,48 @@ import (
 
 func serve(t *testing.T) string {
 	t.Helper()
+	return serveFloor(t, floor.New())
+}
+
+func serveFloor(t *testing.T, srv *floor.Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go floor.New().Serve(ln)
+	served := make(chan struct{})
+	t.Cleanup(func() {
+		ln.Close()
+		<-served
+		if err := srv.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	go func() {
+		defer close(served)
+		srv.Serve(ln)
+	}()
 	return ln.Addr().String()
+}
+
+// floors are the plain floor and both durable ones, each with the file it
+// syncs to ("" for none).
+func floors(t *testing.T) map[string]func() (*floor.Server, string) {
+	durable := func(how floor.Write) func() (*floor.Server, string) {
+		return func() (*floor.Server, string) {
+			path := filepath.Join(t.TempDir(), "floor.log")
+			srv, err := floor.NewDurable(path, how)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return srv, path
+		}
+	}
+	return map[string]func() (*floor.Server, string){
+		"plain":     func() (*floor.Server, string) { return floor.New(), "" },
+		"append":    durable(floor.Append),
+		"overwrite": durable(floor.Overwrite),
+	}
 }
 
 func sdkClient(t *testing.T, addr string) *azservicebus.Client {
@@ -34,12 +72,22 @@ func sdkClient(t *testing.T, addr string) *azservicebus.Client {
 	return c
 }
 
-// The Go SDK sends to the floor, receives in both modes, and completes;
-// messages come back whole, in order, and once.
+// The Go SDK sends to each floor, receives in both modes, and completes;
+// messages come back whole, in order, and once. A durable floor has each
+// message in its file by the time the send returns.
 func TestSDKSendsReceivesAndCompletes(t *testing.T) {
+	for name, open := range floors(t) {
+		t.Run(name, func(t *testing.T) {
+			srv, path := open()
+			sdkRoundTrip(t, serveFloor(t, srv), path)
+		})
+	}
+}
+
+func sdkRoundTrip(t *testing.T, addr, path string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := sdkClient(t, serve(t))
+	c := sdkClient(t, addr)
 	const n = 20
 	for _, q := range []string{"peeklock", "rad"} {
 		s, err := c.NewSender(q, nil)
@@ -47,10 +95,17 @@ func TestSDKSendsReceivesAndCompletes(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range n {
-			msg := &azservicebus.Message{Body: []byte(fmt.Sprintf("%s %d", q, i)),
+			body := fmt.Sprintf("%s %d", q, i)
+			msg := &azservicebus.Message{Body: []byte(body),
 				ApplicationProperties: map[string]any{"i": int64(i)}}
 			if err := s.SendMessage(ctx, msg, nil); err != nil {
 				t.Fatalf("%s: send %d: %v", q, i, err)
+			}
+			if path == "" {
+				continue
+			}
+			if b, err := os.ReadFile(path); err != nil || !bytes.Contains(b, []byte(body)) {
+				t.Fatalf("%s: send %d returned before the file had it (%v)", q, i, err)
 			}
 		}
 		// A batch needs the max-message-size of the attach.

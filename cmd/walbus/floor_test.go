@@ -2,7 +2,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -10,9 +13,44 @@ import (
 )
 
 // walbus bench floor serves the control broker until told to stop, and
-// walbus bench runs against it.
+// walbus bench runs against it: the plain floor, and the durable ones,
+// which leave what they were sent in their file.
 func TestBenchFloorCommand(t *testing.T) {
-	floor := exec.Command(walbusBin, "bench", "floor", "--amqp", "127.0.0.1:0")
+	for _, mode := range []string{"plain", "append", "overwrite"} {
+		t.Run(mode, func(t *testing.T) {
+			args := []string{"bench", "floor", "--amqp", "127.0.0.1:0"}
+			path := filepath.Join(t.TempDir(), "floor.log")
+			switch mode {
+			case "append":
+				args = append(args, "--durable", path)
+			case "overwrite":
+				args = append(args, "--durable", path, "--overwrite")
+			}
+			benchFloor(t, args)
+			if mode == "plain" {
+				return
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// walbus bench stamps every message with its run.
+			if !bytes.Contains(b, []byte("bench-run")) {
+				t.Fatalf("the %d-byte file holds no message of the run", len(b))
+			}
+		})
+	}
+}
+
+func TestBenchFloorOverwriteNeedsAFile(t *testing.T) {
+	code, _, stderr := runWalbus(t, nil, "bench", "floor", "--overwrite")
+	if code != 2 || !strings.Contains(stderr, "--overwrite needs --durable") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+}
+
+func benchFloor(t *testing.T, args []string) {
+	floor := exec.Command(walbusBin, args...)
 	stderr, err := floor.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

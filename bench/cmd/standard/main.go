@@ -3,8 +3,8 @@
 // Command standard is `make bench`: it starts walbus serve --sync always on
 // a fresh data directory and a free loopback port, runs a short standard
 // set of walbus bench runs against it, runs its fixed-rate loads again
-// against walbus bench floor as the control (about a minute and a half in
-// all), and prints one table. It exits 1 if a run failed or the server did not stop cleanly.
+// against walbus bench floor as the control, plain and durable (about two
+// and a half minutes in all), and prints one table. It exits 1 if a run failed or the server did not stop cleanly.
 //
 //	go run ./bench/cmd/standard [--walbus bin/walbus] [--warmup 1s] [--duration 5s]
 package main
@@ -90,15 +90,28 @@ func standardSet(ctx context.Context, walbus string, warmup, duration time.Durat
 	if err != nil {
 		return err
 	}
-	floorRows, floorFailed, err := floorSet(ctx, walbus, warmup, duration)
-	if ctx.Err() != nil {
-		return errors.New("interrupted")
+	// The floors: plain, then the two durable ones, each syncing to a
+	// file on the disk walbus serve writes to.
+	floorLog := filepath.Join(dir, "floor.log")
+	for _, f := range []struct {
+		label string
+		args  []string
+	}{
+		{"floor", nil},
+		{"durable floor", []string{"--durable", floorLog}},
+		{"overwriting floor", []string{"--durable", floorLog, "--overwrite"}},
+	} {
+		floorRows, floorFailed, err := floorSet(ctx, walbus, f.label, f.args, warmup, duration)
+		if ctx.Err() != nil {
+			return errors.New("interrupted")
+		}
+		if err != nil {
+			floorFailed = append(floorFailed, err.Error())
+		}
+		failed = append(failed, floorFailed...)
+		rows = append(rows, floorRows...)
 	}
-	if err != nil {
-		floorFailed = append(floorFailed, err.Error())
-	}
-	failed = append(failed, floorFailed...)
-	printTable(os.Stdout, append(rows, floorRows...), warmup, duration)
+	printTable(os.Stdout, rows, warmup, duration)
 	for _, note := range dryRuns(rows, warmup, duration) {
 		fmt.Fprintln(os.Stdout, note)
 	}
@@ -155,11 +168,13 @@ type row struct {
 }
 
 // floorSet runs the fixed-rate workloads of the standard set again against
-// walbus bench floor, the broker that does nothing, as the control for the
-// machine and the client: their latency and CPU there are what any broker
-// starts from on this machine at this hour.
-func floorSet(ctx context.Context, walbus string, warmup, duration time.Duration) (rows []row, failed []string, err error) {
-	cmd := exec.Command(walbus, "bench", "floor", "--amqp", "127.0.0.1:0")
+// walbus bench floor (with args), the broker that does nothing, as the
+// control for the machine and the client: their latency and CPU there are
+// what any broker starts from on this machine at this hour. Through a
+// durable floor they are what any broker starts from that acknowledges and
+// delivers only what is on disk. Rows are named after label.
+func floorSet(ctx context.Context, walbus, label string, args []string, warmup, duration time.Duration) (rows []row, failed []string, err error) {
+	cmd := exec.Command(walbus, append([]string{"bench", "floor", "--amqp", "127.0.0.1:0"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, nil, err
@@ -174,12 +189,12 @@ func floorSet(ctx context.Context, walbus string, warmup, duration time.Duration
 	line, err := bufio.NewReader(stderr).ReadString('\n')
 	_, addr, ok := strings.Cut(strings.TrimSpace(line), "listening on ")
 	if err != nil || !ok {
-		return nil, nil, fmt.Errorf("walbus bench floor did not start: %q %v", line, err)
+		return nil, nil, fmt.Errorf("walbus bench floor (%s) did not start: %q %v", label, line, err)
 	}
 	var fixed []workload
 	for _, w := range standard {
 		if slices.Contains(w.args, "--rate") {
-			w.name += ", floor"
+			w.name += ", " + label
 			fixed = append(fixed, w)
 		}
 	}
@@ -226,7 +241,9 @@ func printTable(w io.Writer, rows []row, warmup, duration time.Duration) {
 	fmt.Fprint(w, "\nlatency: send = one send call to its acknowledgement (a whole batch for batches);\n"+
 		"e2e = due to be sent to received. Broker CPU per message sent (received for the drain).\n"+
 		"Machine busy: all processes (broker, load generator, kernel) over all CPUs in the window.\n"+
-		"Floor: the same load against walbus bench floor, a broker that keeps nothing (its CPU in the CPU column).\n")
+		"Floor: the same load against walbus bench floor, a broker that keeps nothing (its CPU in the CPU column);\n"+
+		"durable floor: the same, but each message and settlement appended and fsynced before it is answered or\n"+
+		"delivered (--durable); overwriting floor: written over a zero-filled file with fdatasync (--overwrite).\n")
 }
 
 // dryRuns flags the receive-only runs that may have emptied their queue

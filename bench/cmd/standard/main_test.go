@@ -14,8 +14,8 @@ import (
 )
 
 // The floor runs are the standard set's fixed-rate loads against walbus
-// bench floor, each with a result and the floor's CPU, and the table
-// labels them.
+// bench floor, plain and durable, each with a result and the floor's CPU,
+// and the table labels them; a durable floor writes to its file.
 func TestFloorSet(t *testing.T) {
 	walbus := filepath.Join(t.TempDir(), "walbus")
 	build := exec.Command("go", "build", "-o", walbus, "../../../cmd/walbus")
@@ -25,24 +25,33 @@ func TestFloorSet(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rows, failed, err := floorSet(ctx, walbus, 200*time.Millisecond, 500*time.Millisecond)
-	if err != nil || len(failed) > 0 {
-		t.Fatal(err, failed)
-	}
-	if len(rows) != 3 {
-		t.Fatalf("%d floor rows, want the 3 fixed-rate loads", len(rows))
-	}
-	for _, r := range rows {
-		if !strings.HasSuffix(r.name, ", floor") || r.res == nil || r.res.Received == 0 || r.res.Latency.Count == 0 {
-			t.Fatalf("row %q: %+v", r.name, r.res)
+	floorLog := filepath.Join(t.TempDir(), "floor.log")
+	for _, f := range []struct {
+		label string
+		args  []string
+	}{{"floor", nil}, {"durable floor", []string{"--durable", floorLog}}} {
+		rows, failed, err := floorSet(ctx, walbus, f.label, f.args, 200*time.Millisecond, 500*time.Millisecond)
+		if err != nil || len(failed) > 0 {
+			t.Fatal(err, failed)
 		}
-		if b := r.res.Broker; b == nil || b.CPUSeconds <= 0 || b.SameProcess {
-			t.Fatalf("row %q: the floor's CPU is not measured: %+v (%s)", r.name, b, r.res.BrokerNote)
+		if len(rows) != 3 {
+			t.Fatalf("%d %s rows, want the 3 fixed-rate loads", len(rows), f.label)
+		}
+		for _, r := range rows {
+			if !strings.HasSuffix(r.name, ", "+f.label) || r.res == nil || r.res.Received == 0 || r.res.Latency.Count == 0 {
+				t.Fatalf("row %q: %+v", r.name, r.res)
+			}
+			if b := r.res.Broker; b == nil || b.CPUSeconds <= 0 || b.SameProcess {
+				t.Fatalf("row %q: the floor's CPU is not measured: %+v (%s)", r.name, b, r.res.BrokerNote)
+			}
+		}
+		var table bytes.Buffer
+		printTable(&table, rows, 200*time.Millisecond, 500*time.Millisecond)
+		if want := "amqp 4+4 at 5000/s, " + f.label; !strings.Contains(table.String(), want) {
+			t.Fatalf("no %q in the table:\n%s", want, table.String())
 		}
 	}
-	var table bytes.Buffer
-	printTable(&table, rows, 200*time.Millisecond, 500*time.Millisecond)
-	if !strings.Contains(table.String(), "amqp 4+4 at 5000/s, floor") {
-		t.Fatalf("table:\n%s", table.String())
+	if st, err := os.Stat(floorLog); err != nil || st.Size() == 0 {
+		t.Fatalf("the durable floor wrote nothing to its file: %v", err)
 	}
 }
