@@ -276,14 +276,21 @@ func (rl *receiverLink) Credit(l *transport.Link, c transport.Credit) {
 	}
 }
 
-// deliver sends one broker delivery, from a broker goroutine. A
-// receive-and-delete delivery that arrives after the link closed is
-// already removed from the queue and would be lost: it goes back.
+// deliver sends one broker delivery, from a broker goroutine. One that
+// arrives after the link closed (the broker took it before the link's
+// detach reached it) goes back: a receive-and-delete delivery is already
+// removed from the queue and would be lost, and a peek-lock one would stay
+// locked, unseen, until its lock ran out and then count a delivery.
 func (rl *receiverLink) deliver(d broker.Delivery) {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	if rl.closed && rl.mode == broker.ReceiveAndDelete {
-		go rl.e.Restore([]broker.Delivery{d}, nil) // this goroutine must not block on the actor
+	if rl.closed {
+		// This goroutine must not block on the actor.
+		if rl.mode == broker.ReceiveAndDelete {
+			go rl.e.Restore([]broker.Delivery{d}, nil)
+		} else {
+			go rl.r.Unsent([]log.LockToken{d.Token})
+		}
 		return
 	}
 	rl.held = append(rl.held, d)

@@ -242,17 +242,28 @@ func (r *Receiver) Detach(unsent []log.LockToken) {
 		e.credit.drop(r)
 		e.cancelWait(r)
 		delete(e.receivers, r)
-		for _, token := range unsent {
-			if evs, err := e.decide(projection.Settle{Queue: r.opts.Queue, Token: token, Outcome: projection.Release}); err == nil {
-				e.commit(evs, nil)
-			}
-		}
+		e.releaseUnsent(r, unsent)
 		if r.opts.Session != "" {
 			if evs, err := e.decide(projection.ReleaseSession{Queue: r.opts.Queue, SessionID: r.opts.Session, Receiver: r.id}); err == nil {
 				e.commit(evs, nil)
 			}
 		}
 	})
+}
+
+// Unsent releases the locks of deliveries that never reached the client,
+// without counting a delivery: ones the receiver's link was handed after
+// it closed, before its Detach reached the entity. It does not wait.
+func (r *Receiver) Unsent(tokens []log.LockToken) {
+	r.e.post(func(e *Entity) { e.releaseUnsent(r, tokens) })
+}
+
+func (e *Entity) releaseUnsent(r *Receiver, tokens []log.LockToken) {
+	for _, token := range tokens {
+		if evs, err := e.decide(projection.Settle{Queue: r.opts.Queue, Token: token, Outcome: projection.Release}); err == nil {
+			e.commit(evs, nil)
+		}
+	}
 }
 
 func (r *Receiver) fail(err error) {
