@@ -52,7 +52,8 @@ full-size:
 	$(GO) test -count=1 -timeout 10m -run '^TestCompactMillionMessagesOnePercentDeferred$$' ./tools/compaction
 
 # A short standard set of walbus bench runs (SDK and go-amqp sends, a paced send and
-# receive, a drain) against a fresh walbus serve --sync always, as one table: about a minute.
+# receive, a drain) against a fresh walbus serve --sync always, and the paced ones again against
+# the plain and durable floors (walbus bench floor), as one table: under two minutes.
 # BENCH_FLAGS="--duration 10s" measures longer.
 bench: build
 	$(GO) run ./bench/cmd/standard --walbus $(BIN) $(BENCH_FLAGS)

@@ -3,8 +3,9 @@
 // Command standard is `make bench`: it starts walbus serve --sync always on
 // a fresh data directory and a free loopback port, runs a short standard
 // set of walbus bench runs against it, runs its fixed-rate loads again
-// against walbus bench floor as the control, plain and durable (about two
-// and a half minutes in all), and prints one table. It exits 1 if a run failed or the server did not stop cleanly.
+// against walbus bench floor as the control, plain and durable (under two
+// minutes in all), and prints one table. It exits 1 if a run failed or the
+// server did not stop cleanly.
 //
 //	go run ./bench/cmd/standard [--walbus bin/walbus] [--warmup 1s] [--duration 5s]
 package main
