@@ -181,11 +181,7 @@ func TestSDKForwardToDuplicateDetection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var bodies []string
-	for _, m := range got {
-		bodies = append(bodies, string(m.Body))
-	}
-	if fmt.Sprint(bodies) != "[x1 y1]" {
-		t.Fatalf("last holds %v, want [x1 y1]", bodies)
+	if b := bodies(got); fmt.Sprint(b) != "[x1 y1]" {
+		t.Fatalf("last holds %v, want [x1 y1]", b)
 	}
 }

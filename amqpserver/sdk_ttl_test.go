@@ -34,11 +34,7 @@ func TestSDKDuplicateDetection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, m := range peek {
-		got = append(got, string(m.Body))
-	}
-	if fmt.Sprint(got) != "[a b c]" {
+	if got := bodies(peek); fmt.Sprint(got) != "[a b c]" {
 		t.Fatalf("stored %v, want [a b c]", got)
 	}
 }

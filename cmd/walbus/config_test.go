@@ -148,11 +148,7 @@ func TestForwardingQueueDetectsDuplicatesAcrossKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, m := range msgs {
-		got = append(got, string(m.Body))
-	}
-	if fmt.Sprint(got) != "[a b c]" {
+	if got := bodies(msgs); fmt.Sprint(got) != "[a b c]" {
 		t.Fatalf("work holds %v, want each MessageId once: [a b c]", got)
 	}
 	inbox, _ := client.NewReceiverForQueue("inbox", nil)

@@ -369,11 +369,7 @@ func TestRepairFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var bodies []string
-	for _, m := range msgs {
-		bodies = append(bodies, string(m.Body))
-	}
-	if !slices.Equal(bodies, []string{"m0", "m1", "m2"}) {
-		t.Fatalf("after the repair the queue holds %v, want the three messages before the damage", bodies)
+	if got := bodies(msgs); !slices.Equal(got, []string{"m0", "m1", "m2"}) {
+		t.Fatalf("after the repair the queue holds %v, want the three messages before the damage", got)
 	}
 }
