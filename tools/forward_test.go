@@ -2,7 +2,6 @@ package tools
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -23,13 +22,10 @@ func TestToolsOnForwardedMessages(t *testing.T) {
 	if f := verifyUnchanged(t, data); len(f) != 0 {
 		t.Fatalf("findings on a directory with a forwarded message:\n%s", sprintLines(f))
 	}
-	var out bytes.Buffer
-	if err := Replay(&out, data, ReplayOptions{Entity: "dst"}); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "forwarded") || !strings.Contains(out.String(), "from=src/") || !strings.Contains(out.String(), "hops=1") ||
-		!strings.Contains(out.String(), "reason=poison") {
-		t.Fatalf("replay of dst:\n%s", out.String())
+	out := replayText(t, data, "dst")
+	if !strings.Contains(out, "forwarded") || !strings.Contains(out, "from=src/") || !strings.Contains(out, "hops=1") ||
+		!strings.Contains(out, "reason=poison") {
+		t.Fatalf("replay of dst:\n%s", out)
 	}
 	lives, err := Audit(data, "dst", AuditOptions{MessageID: "m"})
 	if err != nil || len(lives) != 1 {
@@ -38,10 +34,10 @@ func TestToolsOnForwardedMessages(t *testing.T) {
 	if steps := stepTypes(lives[0]); len(steps) == 0 || steps[0] != "forwarded" {
 		t.Fatalf("audit steps %v", steps)
 	}
-	out.Reset()
-	WriteLives(&out, lives)
-	if !strings.Contains(out.String(), "from the dead-letter queue of src") {
-		t.Fatalf("audit:\n%s", out.String())
+	var audit bytes.Buffer
+	WriteLives(&audit, lives)
+	if !strings.Contains(audit.String(), "from the dead-letter queue of src") {
+		t.Fatalf("audit:\n%s", audit.String())
 	}
 }
 
@@ -71,12 +67,9 @@ func TestToolsOnRestoredMessages(t *testing.T) {
 	if f := verifyUnchanged(t, data); len(f) != 0 {
 		t.Fatalf("findings on a directory with a restored message:\n%s", sprintLines(f))
 	}
-	var out bytes.Buffer
-	if err := Replay(&out, data, ReplayOptions{Entity: "q"}); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "restored") || !strings.Contains(out.String(), fmt.Sprintf("from=%d ", d.Seq)) {
-		t.Fatalf("replay of q:\n%s", out.String())
+	out := replayText(t, data, "q")
+	if !strings.Contains(out, "restored") || !strings.Contains(out, fmt.Sprintf("from=%d ", d.Seq)) {
+		t.Fatalf("replay of q:\n%s", out)
 	}
 	lives, err := Audit(data, "q", AuditOptions{Seq: d.Seq})
 	if err != nil || len(lives) != 1 {
@@ -101,31 +94,28 @@ func TestToolsOnTransferDeadLetteredMessages(t *testing.T) {
 	if f := verifyUnchanged(t, data); len(f) != 0 {
 		t.Fatalf("findings on a directory with a transfer dead-lettered message:\n%s", sprintLines(f))
 	}
-	var out bytes.Buffer
-	if err := Replay(&out, data, ReplayOptions{Entity: "src"}); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "transfer-dead-lettered") || !strings.Contains(out.String(), "reason=MessageSizeExceeded") {
-		t.Fatalf("replay of src:\n%s", out.String())
+	out := replayText(t, data, "src")
+	if !strings.Contains(out, "transfer-dead-lettered") || !strings.Contains(out, "reason=MessageSizeExceeded") {
+		t.Fatalf("replay of src:\n%s", out)
 	}
 	lives, err := Audit(data, "src", AuditOptions{MessageID: "m"})
 	if err != nil || len(lives) != 1 {
 		t.Fatalf("audit: %v %v", lives, err)
 	}
-	out.Reset()
-	WriteLives(&out, lives)
-	if l := lives[0]; l.Outcome != "dead-lettered" || !strings.Contains(out.String(), "transfer dead-lettered from dlq to tdlq: reason MessageSizeExceeded") ||
+	var audit bytes.Buffer
+	WriteLives(&audit, lives)
+	if l := lives[0]; l.Outcome != "dead-lettered" || !strings.Contains(audit.String(), "transfer dead-lettered from dlq to tdlq: reason MessageSizeExceeded") ||
 		!strings.Contains(l.State, "available in tdlq") {
-		t.Fatalf("audit (outcome %s, state %s):\n%s", l.Outcome, l.State, out.String())
+		t.Fatalf("audit (outcome %s, state %s):\n%s", l.Outcome, l.State, audit.String())
 	}
 	rep, err := State(data, "src", StateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out.Reset()
-	rep.WriteText(&out)
-	if !strings.Contains(out.String(), "\ntdlq ") {
-		t.Fatalf("state:\n%s", out.String())
+	var state bytes.Buffer
+	rep.WriteText(&state)
+	if !strings.Contains(state.String(), "\ntdlq ") {
+		t.Fatalf("state:\n%s", state.String())
 	}
 }
 
@@ -183,12 +173,9 @@ func TestToolsOnDeletedMessages(t *testing.T) {
 	if f := verifyUnchanged(t, data); len(f) != 0 {
 		t.Fatalf("findings on a directory with a deleted message:\n%s", sprintLines(f))
 	}
-	var out bytes.Buffer
-	if err := Replay(&out, data, ReplayOptions{Entity: "q"}); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "deleted") {
-		t.Fatalf("replay of q:\n%s", out.String())
+	out := replayText(t, data, "q")
+	if !strings.Contains(out, "deleted") {
+		t.Fatalf("replay of q:\n%s", out)
 	}
 	for id, want := range map[string]string{"gone": "deleted", "kept": "pending"} {
 		lives, err := Audit(data, "q", AuditOptions{MessageID: id})
@@ -220,21 +207,14 @@ func TestToolsOnRememberedMessageIDs(t *testing.T) {
 	if f := verifyUnchanged(t, data); len(f) != 0 {
 		t.Fatalf("findings on a directory with remembered MessageIds:\n%s", sprintLines(f))
 	}
-	var out bytes.Buffer
-	if err := Replay(&out, data, ReplayOptions{Entity: "dst"}); err != nil {
-		t.Fatal(err)
+	out := replayText(t, data, "dst")
+	if strings.Count(out, "remembered") != 1 || !strings.Contains(out, "via=src id=m until=+10m") {
+		t.Fatalf("replay of dst:\n%s", out)
 	}
-	if strings.Count(out.String(), "remembered") != 1 || !strings.Contains(out.String(), "via=src id=m until=+10m") {
-		t.Fatalf("replay of dst:\n%s", out.String())
-	}
-	out.Reset()
-	if err := Replay(&out, data, ReplayOptions{Entity: "dst", JSON: true, Types: []log.Type{log.Remembered}}); err != nil {
-		t.Fatal(err)
-	}
-	var rec EventRecord
-	if err := json.Unmarshal(out.Bytes(), &rec); err != nil || rec.Name != "src" || rec.MessageID != "m" ||
-		rec.RememberedUntil != sceneEpoch.Add(10*time.Minute).Format(time.RFC3339Nano) || rec.Queue != "" {
-		t.Fatalf("replay --json of the remembered event: %+v %v\n%s", rec, err, out.String())
+	recs, _ := replayJSON(t, data, ReplayOptions{Entity: "dst", Types: []log.Type{log.Remembered}})
+	if len(recs) != 1 || recs[0].Name != "src" || recs[0].MessageID != "m" ||
+		recs[0].RememberedUntil != sceneEpoch.Add(10*time.Minute).Format(time.RFC3339Nano) || recs[0].Queue != "" {
+		t.Fatalf("replay --json of the remembered event: %+v", recs)
 	}
 	lives, err := Audit(data, "dst", AuditOptions{MessageID: "m"})
 	if err != nil || len(lives) != 1 {
@@ -243,4 +223,14 @@ func TestToolsOnRememberedMessageIDs(t *testing.T) {
 	if steps := stepTypes(lives[0]); len(steps) != 1 || steps[0] != "enqueued" {
 		t.Fatalf("audit steps %v", steps)
 	}
+}
+
+// replayText is walbus replay's text output for one entity of data.
+func replayText(t *testing.T, data, entity string) string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := Replay(&out, data, ReplayOptions{Entity: entity}); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
 }
