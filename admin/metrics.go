@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/walbus/walbus/amqpserver/transport"
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // Metrics is walbus's Prometheus instrumentation, on a private registry.
@@ -181,7 +183,7 @@ func collectEntity(ch chan<- prometheus.Metric, e *broker.Entity) {
 	for _, sub := range []struct {
 		queue uint32
 		label string
-	}{{log.MainQueue, "active"}, {log.DeadLetterQueue, "deadletter"}, {log.TransferDeadLetterQueue, "transferdeadletter"}} {
+	}{{event.MainQueue, "active"}, {event.DeadLetterQueue, "deadletter"}, {event.TransferDeadLetterQueue, "transferdeadletter"}} {
 		c, err := e.Counts(sub.queue)
 		if err != nil {
 			return

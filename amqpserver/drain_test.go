@@ -6,9 +6,10 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
+
 	"github.com/walbus/walbus/amqpserver/frames"
 	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -31,7 +32,7 @@ func TestDrainedCreditIsNotGrantedAgain(t *testing.T) {
 	if err := e.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	peek, err := e.Peek(log.MainQueue, 1, 10, "")
+	peek, err := e.Peek(event.MainQueue, 1, 10, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestReceiveAndDeleteAfterADrainTakesOnlyWhatItSends(t *testing.T) {
 	if err := e.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	peek, err := e.Peek(log.MainQueue, 1, 10, "")
+	peek, err := e.Peek(event.MainQueue, 1, 10, "")
 	if err != nil {
 		t.Fatal(err)
 	}

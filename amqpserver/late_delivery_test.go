@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -22,15 +22,15 @@ func TestDeliveryAfterTheLinkClosedGoesBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		sent := make(chan error, 1)
-		e.Send(log.MainQueue, []projection.Message{{MessageID: "m", Body: []byte("late")}}, func(err error) { sent <- err })
+		e.Send(event.MainQueue, []projection.Message{{MessageID: "m", Body: []byte("late")}}, func(err error) { sent <- err })
 		if err := <-sent; err != nil {
 			t.Fatal(err)
 		}
 
 		// The link is closed, as Detached leaves it, and the broker has
 		// not heard of it yet: its receiver still has a credit.
-		rl := &receiverLink{e: e, mode: mode, closed: true, unsettled: map[uint32]log.LockToken{}}
-		r, err := e.Attach(broker.ReceiverOptions{Queue: log.MainQueue, Name: "closed", Mode: mode, Deliver: rl.deliver})
+		rl := &receiverLink{e: e, mode: mode, closed: true, unsettled: map[uint32]event.LockToken{}}
+		r, err := e.Attach(broker.ReceiverOptions{Queue: event.MainQueue, Name: "closed", Mode: mode, Deliver: rl.deliver})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func TestDeliveryAfterTheLinkClosedGoesBack(t *testing.T) {
 		r.SetLimit(1)
 
 		got := make(chan broker.Delivery, 1)
-		next, err := e.Attach(broker.ReceiverOptions{Queue: log.MainQueue, Name: "next", Deliver: func(d broker.Delivery) { got <- d }})
+		next, err := e.Attach(broker.ReceiverOptions{Queue: event.MainQueue, Name: "next", Deliver: func(d broker.Delivery) { got <- d }})
 		if err != nil {
 			t.Fatal(err)
 		}

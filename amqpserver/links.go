@@ -14,6 +14,7 @@ import (
 	"github.com/walbus/walbus/amqpserver/transport"
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -133,7 +134,7 @@ func (cs *connState) attachReceiver(l *transport.Link, address string) {
 	if a.Source != nil {
 		filter, sessions = a.Source.Filter.Get(sessionFilterKey)
 	}
-	rl := &receiverLink{cs: cs, l: l, e: e, queue: queue, mode: mode, unsettled: make(map[uint32]log.LockToken)}
+	rl := &receiverLink{cs: cs, l: l, e: e, queue: queue, mode: mode, unsettled: make(map[uint32]event.LockToken)}
 	bindBurst(l, e)
 	r, err := e.Attach(broker.ReceiverOptions{Queue: queue, Name: l.Name(), Mode: mode, Sessions: sessions,
 		Deliver: rl.deliver, Lost: rl.lost})
@@ -220,9 +221,9 @@ type receiverLink struct {
 	r     *broker.Receiver
 
 	mu        sync.Mutex
-	session   string                   // the session it holds, for session receivers
-	unsettled map[uint32]log.LockToken // delivery-id -> lock, peek-lock deliveries not yet settled
-	held      []broker.Delivery        // deliveries waiting for credit
+	session   string                     // the session it holds, for session receivers
+	unsettled map[uint32]event.LockToken // delivery-id -> lock, peek-lock deliveries not yet settled
+	held      []broker.Delivery          // deliveries waiting for credit
 	closed    bool
 	scratch   []byte // the payload being sent; Send copies it out
 }
@@ -289,7 +290,7 @@ func (rl *receiverLink) deliver(d broker.Delivery) {
 		if rl.mode == broker.ReceiveAndDelete {
 			go rl.e.Restore([]broker.Delivery{d}, nil)
 		} else {
-			go rl.r.Unsent([]log.LockToken{d.Token})
+			go rl.r.Unsent([]event.LockToken{d.Token})
 		}
 		return
 	}
@@ -311,7 +312,7 @@ func (rl *receiverLink) sendHeld() {
 			return
 		}
 		var tag []byte
-		if d.Token != (log.LockToken{}) {
+		if d.Token != (event.LockToken{}) {
 			t := deliveryTag(d.Token)
 			tag = t[:]
 		} else {
@@ -445,11 +446,11 @@ func (rl *receiverLink) lost(err error) {
 func (rl *receiverLink) Detached(l *transport.Link, _ *frames.Error) {
 	rl.mu.Lock()
 	rl.closed = true
-	var unsent []log.LockToken
+	var unsent []event.LockToken
 	var removed []broker.Delivery
 	for _, d := range rl.held {
 		switch {
-		case d.Token != (log.LockToken{}):
+		case d.Token != (event.LockToken{}):
 			unsent = append(unsent, d.Token)
 		case rl.mode == broker.ReceiveAndDelete:
 			removed = append(removed, d)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/walbus/walbus/amqpserver/encoding"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -70,7 +70,7 @@ func (t *mgmtTarget) handle(req *rpcRequest, reply func(rpcResponse)) {
 		list := make(encoding.List, 0, len(ds))
 		for i := range ds {
 			d := &ds[i]
-			d.Token = log.LockToken{} // a peek does not hand out locks
+			d.Token = event.LockToken{} // a peek does not hand out locks
 			b, err := outbound(nil, d)
 			if err == nil && omitBody == true {
 				b, err = withoutBody(b)
@@ -110,7 +110,7 @@ func (t *mgmtTarget) handle(req *rpcRequest, reply func(rpcResponse)) {
 					return
 				}
 				entry := encoding.Map{{Key: "message", Value: b}}
-				if ds[i].Token != (log.LockToken{}) {
+				if ds[i].Token != (event.LockToken{}) {
 					entry = append(entry, encoding.MapEntry{Key: "lock-token", Value: encoding.UUID(ds[i].Token)})
 				}
 				list = append(list, entry)
@@ -381,19 +381,19 @@ func elements(v any) ([]any, bool) {
 	return nil, false
 }
 
-func uuids(body encoding.Map, key string) ([]log.LockToken, error) {
+func uuids(body encoding.Map, key string) ([]event.LockToken, error) {
 	v, _ := body.Get(key)
 	elems, found := elements(v)
 	if !found {
 		return nil, fmt.Errorf("%w: %s: %w", projection.ErrInvalid, key, errArgument)
 	}
-	out := make([]log.LockToken, 0, len(elems))
+	out := make([]event.LockToken, 0, len(elems))
 	for _, e := range elems {
 		u, isUUID := e.(encoding.UUID)
 		if !isUUID {
 			return nil, fmt.Errorf("%w: %s holds a %T", projection.ErrInvalid, key, e)
 		}
-		out = append(out, log.LockToken(u))
+		out = append(out, event.LockToken(u))
 	}
 	return out, nil
 }

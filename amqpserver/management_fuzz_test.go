@@ -9,6 +9,7 @@ import (
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -120,7 +121,7 @@ func fuzzTargets(f *testing.F) (*broker.Broker, []*mgmtTarget) {
 	}
 	send := func(e *broker.Entity, session string) {
 		done := make(chan error, 1)
-		e.Send(log.MainQueue, []projection.Message{{Body: fuzzMessage("m"), MessageID: "m", SessionID: session}}, func(err error) { done <- err })
+		e.Send(event.MainQueue, []projection.Message{{Body: fuzzMessage("m"), MessageID: "m", SessionID: session}}, func(err error) { done <- err })
 		if err := <-done; err != nil {
 			f.Fatal(err)
 		}
@@ -129,7 +130,7 @@ func fuzzTargets(f *testing.F) (*broker.Broker, []*mgmtTarget) {
 		send(q, "")
 		send(s, "s1")
 	}
-	r, err := s.Attach(broker.ReceiverOptions{Queue: log.MainQueue, Name: "session-link", Sessions: true, Deliver: func(broker.Delivery) {}})
+	r, err := s.Attach(broker.ReceiverOptions{Queue: event.MainQueue, Name: "session-link", Sessions: true, Deliver: func(broker.Delivery) {}})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -139,8 +140,8 @@ func fuzzTargets(f *testing.F) (*broker.Broker, []*mgmtTarget) {
 		f.Fatal(err)
 	}
 	return b, []*mgmtTarget{
-		{e: q, queue: log.MainQueue, path: "q/$management", links: fuzzLinks{}, owner: "mgmt:q"},
-		{e: s, queue: log.MainQueue, path: "s/$management", links: fuzzLinks{r}, owner: "mgmt:s"},
+		{e: q, queue: event.MainQueue, path: "q/$management", links: fuzzLinks{}, owner: "mgmt:q"},
+		{e: s, queue: event.MainQueue, path: "s/$management", links: fuzzLinks{r}, owner: "mgmt:s"},
 	}
 }
 

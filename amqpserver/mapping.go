@@ -14,7 +14,7 @@ import (
 	"github.com/walbus/walbus/amqpserver/message"
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -180,7 +180,7 @@ func outbound(dst []byte, d *broker.Delivery) ([]byte, error) {
 		{Key: annSequenceNumber, Value: message.LongValue(int64(d.Seq))},
 		{Key: annEnqueuedTime, Value: message.TimestampValue(timestamp(d.EnqueuedAt))},
 	}
-	if d.Token != (log.LockToken{}) {
+	if d.Token != (event.LockToken{}) {
 		del.LockToken, del.HasLockToken = encoding.UUID(d.Token), true
 		del.Annotations = append(del.Annotations,
 			message.Annotation{Key: annLockedUntil, Value: message.TimestampValue(timestamp(d.LockedUntil))})
@@ -216,7 +216,7 @@ func overlayProperties(overlays []broker.Overlay) ([]message.Property, error) {
 		set = append(set, message.Property{Key: key, Value: value})
 	}
 	for _, ov := range overlays {
-		if ov.Type == log.DeadLettered || ov.Type == log.Forwarded || ov.Type == log.TransferDeadLettered {
+		if ov.Type == event.DeadLettered || ov.Type == event.Forwarded || ov.Type == event.TransferDeadLettered {
 			put(propDeadLetterReason, ov.Reason)
 			put(propDeadLetterDescription, ov.Description)
 		}
@@ -266,16 +266,16 @@ func nanos(ts encoding.Timestamp) int64 {
 
 // deliveryTag is the lock token in .NET GUID byte order, as Service Bus
 // sends it: the first three groups are little-endian (servicebus-wire.md §5).
-func deliveryTag(t log.LockToken) [16]byte {
+func deliveryTag(t event.LockToken) [16]byte {
 	return [16]byte{t[3], t[2], t[1], t[0], t[5], t[4], t[7], t[6],
 		t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15]}
 }
 
 // tokenFromTag reverses deliveryTag.
-func tokenFromTag(tag []byte) (log.LockToken, bool) {
+func tokenFromTag(tag []byte) (event.LockToken, bool) {
 	if len(tag) != 16 {
-		return log.LockToken{}, false
+		return event.LockToken{}, false
 	}
-	return log.LockToken{tag[3], tag[2], tag[1], tag[0], tag[5], tag[4], tag[7], tag[6],
+	return event.LockToken{tag[3], tag[2], tag[1], tag[0], tag[5], tag[4], tag[7], tag[6],
 		tag[8], tag[9], tag[10], tag[11], tag[12], tag[13], tag[14], tag[15]}, true
 }

@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
+
 	"github.com/walbus/walbus/amqpserver/frames"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // A receive-and-delete link that closes while the broker is making the
@@ -65,7 +66,7 @@ func TestReceiveAndDeleteOnAClosingLinkLosesNothing(t *testing.T) {
 		if err := e.Sync(); err != nil {
 			t.Fatal(err)
 		}
-		peek, err := e.Peek(log.MainQueue, 1, 2*n, "")
+		peek, err := e.Peek(event.MainQueue, 1, 2*n, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
-	"github.com/walbus/walbus/log"
+
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -602,15 +603,15 @@ func (l *ledger) expected(queue string, sub uint32) (must map[string]bool, may m
 			continue
 		}
 		switch {
-		case sub == log.DeadLetterQueue && r.state == rDeadLettered:
+		case sub == event.DeadLetterQueue && r.state == rDeadLettered:
 			must[r.id] = false
-		case sub == log.MainQueue && r.state == rAvailable:
+		case sub == event.MainQueue && r.state == rAvailable:
 			must[r.id] = false
-		case sub == log.MainQueue && r.state == rDeferred:
+		case sub == event.MainQueue && r.state == rDeferred:
 			must[r.id] = true
-		case sub == log.MainQueue && r.state == rScheduled && !r.cancelled:
+		case sub == event.MainQueue && r.state == rScheduled && !r.cancelled:
 			must[r.id] = false
-		case sub == log.MainQueue && r.state == rScheduled && !r.far:
+		case sub == event.MainQueue && r.state == rScheduled && !r.far:
 			may[r.id] = false
 		}
 	}

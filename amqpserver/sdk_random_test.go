@@ -15,9 +15,10 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -112,7 +113,7 @@ func runSDKRandom(t *testing.T, seed uint64, steps int) {
 	// time, then for the broker to show what the ledger expects.
 	time.Sleep(time.Until(l.lastScheduled()))
 	for _, q := range []string{qPlain, qSessions, qDedup} {
-		for _, sub := range []uint32{log.MainQueue, log.DeadLetterQueue} {
+		for _, sub := range []uint32{event.MainQueue, event.DeadLetterQueue} {
 			d.checkQuiescent(tb.b, q, sub)
 		}
 	}
@@ -135,7 +136,7 @@ func runSDKRandom(t *testing.T, seed uint64, steps int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, sub := range []uint32{log.MainQueue, log.DeadLetterQueue, log.TransferDeadLetterQueue} {
+		for _, sub := range []uint32{event.MainQueue, event.DeadLetterQueue, event.TransferDeadLetterQueue} {
 			if c, err := e.Counts(sub); err != nil || c.Total != 0 {
 				t.Errorf("seed %d: %s queue %d holds %+v after the drain (%v)", seed, q, sub, c, err)
 			}
@@ -1098,10 +1099,10 @@ func (w *worker) checkQuiescent(b *broker.Broker, queue string, sub uint32) {
 		w.l.mu.Unlock()
 		return
 	}
-	if queue == qSessions && sub == log.MainQueue {
+	if queue == qSessions && sub == event.MainQueue {
 		return // peeked per session while drained
 	}
-	sq := subqueue{queue, sub == log.DeadLetterQueue}
+	sq := subqueue{queue, sub == event.DeadLetterQueue}
 	var all []*azservicebus.ReceivedMessage
 	r := w.receiver(sq).r
 	page := 1 + w.rng.IntN(6)
@@ -1154,9 +1155,9 @@ func (w *worker) checkQuiescent(b *broker.Broker, queue string, sub uint32) {
 // drainPlain receives and completes everything left in a queue that has no
 // sessions (deferred messages by number), or in a dead-letter queue.
 func (w *worker) drainPlain(b *broker.Broker, sq subqueue) {
-	sub := log.MainQueue
+	sub := event.MainQueue
 	if sq.dlq {
-		sub = log.DeadLetterQueue
+		sub = event.DeadLetterQueue
 	}
 	e, _ := b.Entity(sq.queue)
 	r := w.receiver(sq)
@@ -1219,7 +1220,7 @@ func (w *worker) drainSessions(b *broker.Broker) {
 		}) {
 			left[r.session] = true
 		}
-		peek, err := e.Peek(log.MainQueue, 1, 1<<20, "")
+		peek, err := e.Peek(event.MainQueue, 1, 1<<20, "")
 		if err != nil {
 			w.l.fail("peek: %v", err)
 			return

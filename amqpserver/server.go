@@ -22,7 +22,7 @@ import (
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/amqpserver/transport"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // Config configures a Server.
@@ -245,14 +245,14 @@ var subqueueSuffixes = []struct {
 	suffix string
 	queue  uint32
 }{
-	{"/$Transfer/$DeadLetterQueue", log.TransferDeadLetterQueue},
-	{"/$DeadLetterQueue", log.DeadLetterQueue},
+	{"/$Transfer/$DeadLetterQueue", event.TransferDeadLetterQueue},
+	{"/$DeadLetterQueue", event.DeadLetterQueue},
 }
 
 // resolve returns the entity and queue number a link address names: "q",
 // "q/$DeadLetterQueue" or "q/$Transfer/$DeadLetterQueue".
 func (cs *connState) resolve(address string) (*broker.Entity, uint32, error) {
-	name, queue := address, log.MainQueue
+	name, queue := address, event.MainQueue
 	for _, sub := range subqueueSuffixes {
 		if n := len(name) - len(sub.suffix); n >= 0 && strings.EqualFold(name[n:], sub.suffix) {
 			name, queue = name[:n], sub.queue

@@ -6,9 +6,10 @@ import (
 	"testing"
 
 	"github.com/Azure/go-amqp"
+
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/amqpserver/transport"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -78,7 +79,7 @@ func TestDispositionOutcomes(t *testing.T) {
 	}
 
 	e, _ := b.Entity("q1")
-	peek, err := e.Peek(log.MainQueue, 1, 10, "")
+	peek, err := e.Peek(event.MainQueue, 1, 10, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestDispositionOutcomes(t *testing.T) {
 	if _, ok := got["accept"]; ok {
 		t.Error("the accepted message is still there")
 	}
-	dlq, _ := e.Peek(log.DeadLetterQueue, 1, 10, "")
+	dlq, _ := e.Peek(event.DeadLetterQueue, 1, 10, "")
 	if len(dlq) != 1 || len(dlq[0].Overlays) != 1 || dlq[0].Overlays[0].Reason != "r" {
 		t.Fatalf("dead-letter queue: %+v", dlq)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkRestart1M(b *testing.B) {
 				batch[i] = projection.Message{Body: body}
 			}
 			ch := make(chan error, 1)
-			e.Send(log.MainQueue, batch, func(err error) { ch <- err })
+			e.Send(event.MainQueue, batch, func(err error) { ch <- err })
 			if err := <-ch; err != nil {
 				b.Fatal(err)
 			}
@@ -102,7 +103,7 @@ func BenchmarkSendReceiveComplete(b *testing.B) {
 					settled := make(chan error, credit)
 					for n := 1; n <= b.N; n++ {
 						d := <-deliveries
-						e.Settle(log.MainQueue, Settlement{Token: d.Token, Outcome: projection.Complete}, func(err error) { settled <- err })
+						e.Settle(event.MainQueue, Settlement{Token: d.Token, Outcome: projection.Complete}, func(err error) { settled <- err })
 						if n%64 == 0 {
 							for range 64 {
 								if err := <-settled; err != nil {
@@ -119,7 +120,7 @@ func BenchmarkSendReceiveComplete(b *testing.B) {
 				b.ResetTimer()
 				for range b.N {
 					inflight <- struct{}{}
-					e.Send(log.MainQueue, []projection.Message{{Body: body}}, func(err error) {
+					e.Send(event.MainQueue, []projection.Message{{Body: body}}, func(err error) {
 						if err != nil {
 							b.Error(err)
 						}
@@ -158,7 +159,7 @@ func BenchmarkSendBatches(b *testing.B) {
 			b.ResetTimer()
 			for n := 0; n < b.N; n += batch {
 				inflight <- struct{}{}
-				e.Send(log.MainQueue, msgs, func(err error) {
+				e.Send(event.MainQueue, msgs, func(err error) {
 					if err != nil {
 						b.Error(err)
 					}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -54,7 +55,7 @@ func TestCallbacksRunInsideTheBracket(t *testing.T) {
 			const n = 20
 			sent := make(chan error, n)
 			for i := range n {
-				e.Send(log.MainQueue, []projection.Message{{MessageID: string(rune('a' + i)), Body: []byte("x")}},
+				e.Send(event.MainQueue, []projection.Message{{MessageID: string(rune('a' + i)), Body: []byte("x")}},
 					func(err error) { inside("send done"); sent <- err })
 			}
 			for range n {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
 )
@@ -168,19 +169,19 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	b.ns, b.nsLast = ns, ns.LastIndex()
 	specs := map[uint64]string{} // live entity ids -> name
 	cfgs := map[uint64]entitySpec{}
-	err = ns.Scan(1, func(ev *log.Event) error {
+	err = ns.Scan(1, func(ev *event.Event) error {
 		switch ev.Type {
-		case log.EntityCreated, log.EntityUpdated:
+		case event.EntityCreated, event.EntityUpdated:
 			var spec entitySpec
 			if err := json.Unmarshal(ev.Props, &spec); err != nil {
 				return fmt.Errorf("namespace event %d: %w", ev.Index, err)
 			}
 			id := ev.Index
-			if ev.Type == log.EntityUpdated {
+			if ev.Type == event.EntityUpdated {
 				id = idOf(specs, ev.Name)
 			}
 			specs[id], cfgs[id] = ev.Name, spec
-		case log.EntityDeleted:
+		case event.EntityDeleted:
 			id := idOf(specs, ev.Name)
 			delete(specs, id)
 			delete(cfgs, id)
@@ -333,7 +334,7 @@ func (b *Broker) seed(id uint64) [32]byte {
 // configure records cfg in the entity's own log and waits until durable.
 func (e *Entity) configure(cfg projection.Config) error {
 	ch := make(chan error, 1)
-	e.do(func(err error) { ch <- err }, func(e *Entity) ([]log.Event, error) {
+	e.do(func(err error) { ch <- err }, func(e *Entity) ([]event.Event, error) {
 		return e.decide(projection.Configure{Name: e.name, Config: cfg})
 	})
 	return <-ch
@@ -341,13 +342,13 @@ func (e *Entity) configure(cfg projection.Config) error {
 
 // appendNamespace records an entity event in the namespace log and waits
 // until durable; it returns the event's index.
-func (b *Broker) appendNamespace(ev log.Event) (uint64, error) {
+func (b *Broker) appendNamespace(ev event.Event) (uint64, error) {
 	if err := b.reopenNamespace(); err != nil {
 		return 0, err
 	}
 	ev.Time = b.clock.Now().UnixNano()
 	ch := make(chan error, 1)
-	evs := []log.Event{ev}
+	evs := []event.Event{ev}
 	if _, err := b.ns.Append(evs, func(err error) { ch <- err }); err != nil {
 		return 0, err
 	}
@@ -428,7 +429,7 @@ func (b *Broker) CreateQueue(name string, cfg projection.Config) (*Entity, error
 		return nil, err
 	}
 	spec, _ := json.Marshal(entitySpec{Kind: "queue", Config: cfg})
-	id, err := b.appendNamespace(log.Event{Type: log.EntityCreated, Name: name, Props: spec})
+	id, err := b.appendNamespace(event.Event{Type: event.EntityCreated, Name: name, Props: spec})
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", name, err)
 	}
@@ -437,7 +438,7 @@ func (b *Broker) CreateQueue(name string, cfg projection.Config) (*Entity, error
 		// Refused means not there: the namespace must not keep the
 		// record, or a retry would make a second entity of that name
 		// and a later delete remove only one of them.
-		if _, derr := b.appendNamespace(log.Event{Type: log.EntityDeleted, Name: name}); derr != nil {
+		if _, derr := b.appendNamespace(event.Event{Type: event.EntityDeleted, Name: name}); derr != nil {
 			b.logger.Error("cannot record the removal of an entity that failed to open; it reappears at the next start", "entity", name, "err", derr)
 		} else {
 			_ = os.RemoveAll(b.entityDir(id))
@@ -469,7 +470,7 @@ func (b *Broker) UpdateQueue(name string, cfg projection.Config) error {
 		return err
 	}
 	spec, _ := json.Marshal(entitySpec{Kind: "queue", Config: cfg})
-	_, err := b.appendNamespace(log.Event{Type: log.EntityUpdated, Name: e.name, Props: spec})
+	_, err := b.appendNamespace(event.Event{Type: event.EntityUpdated, Name: e.name, Props: spec})
 	return err
 }
 
@@ -481,7 +482,7 @@ func (b *Broker) DeleteEntity(name string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrEntityNotFound, name)
 	}
-	if _, err := b.appendNamespace(log.Event{Type: log.EntityDeleted, Name: e.name}); err != nil {
+	if _, err := b.appendNamespace(event.Event{Type: event.EntityDeleted, Name: e.name}); err != nil {
 		return err
 	}
 	delete(b.entities, strings.ToLower(name))

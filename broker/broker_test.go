@@ -14,6 +14,7 @@ import (
 
 	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -79,7 +80,7 @@ func restoreSync(t *testing.T, e *Entity, d Delivery) {
 func sendSync(t *testing.T, e *Entity, msgs ...projection.Message) {
 	t.Helper()
 	ch := make(chan error, 1)
-	e.Send(log.MainQueue, msgs, func(err error) { ch <- err })
+	e.Send(event.MainQueue, msgs, func(err error) { ch <- err })
 	if err := <-ch; err != nil {
 		t.Fatalf("send: %v", err)
 	}
@@ -114,7 +115,7 @@ func TestConcurrentSendReceiveComplete(t *testing.T) {
 				select {
 				case d := <-deliveries:
 					ch := make(chan error, 1)
-					e.Settle(log.MainQueue, Settlement{Token: d.Token, Outcome: projection.Complete}, func(err error) { ch <- err })
+					e.Settle(event.MainQueue, Settlement{Token: d.Token, Outcome: projection.Complete}, func(err error) { ch <- err })
 					if err := <-ch; err != nil {
 						t.Errorf("complete %d: %v", d.Seq, err)
 					}
@@ -139,7 +140,7 @@ func TestConcurrentSendReceiveComplete(t *testing.T) {
 			defer wg.Done()
 			for i := range perSender {
 				ch := make(chan error, 1)
-				e.Send(log.MainQueue, []projection.Message{{MessageID: fmt.Sprintf("%d-%d", s, i), Body: []byte("x")}},
+				e.Send(event.MainQueue, []projection.Message{{MessageID: fmt.Sprintf("%d-%d", s, i), Body: []byte("x")}},
 					func(err error) { ch <- err })
 				if err := <-ch; err != nil {
 					t.Error(err)
@@ -159,7 +160,7 @@ func TestConcurrentSendReceiveComplete(t *testing.T) {
 			t.Errorf("%s completed %d times", id, n)
 		}
 	}
-	c, _ := e.Counts(log.MainQueue)
+	c, _ := e.Counts(event.MainQueue)
 	if c.Total != 0 {
 		t.Fatalf("left over: %+v", c)
 	}
@@ -245,7 +246,7 @@ func TestLogFollowsBacklog(t *testing.T) {
 	// Settle the deferred message: now everything before the live backlog
 	// is dead and goes at the next snapshots.
 	ch := make(chan []Delivery, 1)
-	e.ReceiveDeferred(log.MainQueue, "mgmt", "", []uint64{2}, PeekLock, func(ds []Delivery, err error) {
+	e.ReceiveDeferred(event.MainQueue, "mgmt", "", []uint64{2}, PeekLock, func(ds []Delivery, err error) {
 		if err != nil {
 			t.Error(err)
 		}
@@ -270,7 +271,7 @@ func TestLogFollowsBacklog(t *testing.T) {
 	b = openBroker(t, Options{Dir: dir, SegmentSize: 8 << 10, SnapshotEvery: 200})
 	defer b.Close()
 	e, _ = b.Entity("q")
-	ds, err := e.Peek(log.MainQueue, 1, 10, "")
+	ds, err := e.Peek(event.MainQueue, 1, 10, "")
 	if err != nil || len(ds) != 1 || string(ds[0].Message) != "after" {
 		t.Fatalf("after recovery: %v %v", ds, err)
 	}
@@ -326,7 +327,7 @@ func TestEntityLifecycle(t *testing.T) {
 	if got, _ := e.Config(); got.MaxDeliveryCount != 3 {
 		t.Fatalf("config after restart: %+v", got)
 	}
-	if c, _ := e.Counts(log.MainQueue); c.Total != 1 {
+	if c, _ := e.Counts(event.MainQueue); c.Total != 1 {
 		t.Fatalf("counts after restart: %+v", c)
 	}
 	if names := b.Entities(); len(names) != 1 || names[0].Name() != "Orders" {
@@ -524,7 +525,7 @@ func TestFirstDeliveryWait(t *testing.T) {
 
 	sendSync(t, e, projection.Message{MessageID: "a", Body: []byte("a")})
 	clock.Advance(3 * time.Second)
-	r := attach(log.MainQueue)
+	r := attach(event.MainQueue)
 	r.SetLimit(1)
 	settle(next(), projection.Abandon)
 	r.SetLimit(2)
@@ -533,7 +534,7 @@ func TestFirstDeliveryWait(t *testing.T) {
 
 	// Scheduled at +3 s for +10 s and received at +12 s: it waited 2 s.
 	scheduled := make(chan error, 1)
-	e.Schedule(log.MainQueue, []projection.Message{{MessageID: "s", Body: []byte("s"),
+	e.Schedule(event.MainQueue, []projection.Message{{MessageID: "s", Body: []byte("s"),
 		ScheduledAt: scriptEpoch.Add(10 * time.Second).UnixNano()}}, func(_ []uint64, err error) { scheduled <- err })
 	if err := <-scheduled; err != nil {
 		t.Fatal(err)
@@ -548,8 +549,8 @@ func TestFirstDeliveryWait(t *testing.T) {
 	recorded(3*time.Second, 2*time.Second)
 
 	// Its receive from the dead-letter queue is not a wait in a queue.
-	attach(log.DeadLetterQueue).SetLimit(1)
-	if d := next(); d.Queue != log.DeadLetterQueue {
+	attach(event.DeadLetterQueue).SetLimit(1)
+	if d := next(); d.Queue != event.DeadLetterQueue {
 		t.Fatalf("delivery from queue %d", d.Queue)
 	}
 	recorded(3*time.Second, 2*time.Second)

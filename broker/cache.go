@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"slices"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // bodyCache keeps recent records that hold messages or their overlays in
@@ -31,7 +31,7 @@ type bodyCache struct {
 
 // cacheBlock holds records in ascending index order; recs[:head] are gone.
 type cacheBlock struct {
-	recs []log.Event
+	recs []event.Event
 	head int
 }
 
@@ -40,19 +40,19 @@ const cacheBlockLen = 256
 func newBodyCache(budget int64) *bodyCache { return &bodyCache{budget: budget} }
 
 // entryOverhead is what a record costs beside its bytes: its slot.
-var entryOverhead = int64(reflect.TypeFor[log.Event]().Size())
+var entryOverhead = int64(reflect.TypeFor[event.Event]().Size())
 
-func cost(ev *log.Event) int64 { return int64(len(ev.Message)+len(ev.Props)) + entryOverhead }
+func cost(ev *event.Event) int64 { return int64(len(ev.Message)+len(ev.Props)) + entryOverhead }
 
-func (c *bodyCache) get(index uint64) (log.Event, bool) {
+func (c *bodyCache) get(index uint64) (event.Event, bool) {
 	if ev := c.find(index); ev != nil {
 		return *ev, true
 	}
-	return log.Event{}, false
+	return event.Event{}, false
 }
 
 // find returns the slot holding the record at index, or nil.
-func (c *bodyCache) find(index uint64) *log.Event {
+func (c *bodyCache) find(index uint64) *event.Event {
 	b, i, ok := c.search(index)
 	if !ok || b.recs[i].Type == 0 {
 		return nil
@@ -89,7 +89,7 @@ func (c *bodyCache) search(index uint64) (*cacheBlock, int, bool) {
 }
 
 // add keeps ev. Its byte slices must not be modified afterwards.
-func (c *bodyCache) add(ev log.Event) {
+func (c *bodyCache) add(ev event.Event) {
 	if ev.Type == 0 {
 		return // not a record
 	}
@@ -109,7 +109,7 @@ func (c *bodyCache) add(ev log.Event) {
 	}
 	b := c.spare
 	if b == nil {
-		b = &cacheBlock{recs: make([]log.Event, 0, cacheBlockLen)}
+		b = &cacheBlock{recs: make([]event.Event, 0, cacheBlockLen)}
 	}
 	c.spare = nil
 	b.recs = append(b.recs, ev)
@@ -119,7 +119,7 @@ func (c *bodyCache) add(ev log.Event) {
 
 // insert places a record that arrived out of index order, which the log
 // never does; kept correct rather than fast.
-func (c *bodyCache) insert(ev log.Event) {
+func (c *bodyCache) insert(ev event.Event) {
 	b, i, found := c.search(ev.Index)
 	if b == nil {
 		b = c.blocks[len(c.blocks)-1]
@@ -141,7 +141,7 @@ func (c *bodyCache) remove(index uint64) {
 	if ev := c.find(index); ev != nil {
 		c.used -= cost(ev)
 		c.live--
-		*ev = log.Event{Index: index}
+		*ev = event.Event{Index: index}
 	}
 }
 
@@ -168,7 +168,7 @@ func (c *bodyCache) evict(durable uint64) {
 			c.used -= cost(ev)
 			c.live--
 		}
-		*ev = log.Event{}
+		*ev = event.Event{}
 		b.head++
 		c.slots--
 	}
@@ -190,7 +190,7 @@ func (c *bodyCache) compact() {
 				continue
 			}
 			if last == nil || len(last.recs) == cap(last.recs) {
-				last = &cacheBlock{recs: make([]log.Event, 0, cacheBlockLen)}
+				last = &cacheBlock{recs: make([]event.Event, 0, cacheBlockLen)}
 				c.blocks = append(c.blocks, last)
 			}
 			last.recs = append(last.recs, ev)

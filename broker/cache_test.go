@@ -5,11 +5,11 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
-func cacheRecord(index uint64, size int) log.Event {
-	return log.Event{Type: log.Enqueued, Index: index, Message: make([]byte, size)}
+func cacheRecord(index uint64, size int) event.Event {
+	return event.Event{Type: event.Enqueued, Index: index, Message: make([]byte, size)}
 }
 
 func TestBodyCacheKeepsRemovesAndEvicts(t *testing.T) {
@@ -40,7 +40,7 @@ func TestBodyCacheKeepsRemovesAndEvicts(t *testing.T) {
 	}
 	// All durable: down to the budget, newest kept.
 	c.evict(1000)
-	if c.live != 100 || c.used != 100*cost(&log.Event{Message: make([]byte, 10)}) {
+	if c.live != 100 || c.used != 100*cost(&event.Event{Message: make([]byte, 10)}) {
 		t.Fatalf("after eviction: %d records, %d bytes", c.live, c.used)
 	}
 	if _, ok := c.get(900); ok {
@@ -76,7 +76,7 @@ func TestBodyCacheMatchesModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const budget = 40 * (10 + 272)
 	c := newBodyCache(budget)
-	model := map[uint64]log.Event{}
+	model := map[uint64]event.Event{}
 	var used int64
 	next := uint64(1)
 	for step := range 200_000 {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -29,7 +29,7 @@ func TestDiskFullThenSpaceReturns(t *testing.T) {
 	}
 	send := func(id string) error {
 		ch := make(chan error, 1)
-		e.Send(log.MainQueue, []projection.Message{{MessageID: id, Body: []byte(id)}}, func(err error) { ch <- err })
+		e.Send(event.MainQueue, []projection.Message{{MessageID: id, Body: []byte(id)}}, func(err error) { ch <- err })
 		return <-ch
 	}
 	for i := range 5 {
@@ -53,7 +53,7 @@ func TestDiskFullThenSpaceReturns(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if ids := peekIDs(t, e, log.MainQueue); fmt.Sprint(ids) != "[before-0 before-1 before-2 before-3 before-4 after]" {
+	if ids := peekIDs(t, e, event.MainQueue); fmt.Sprint(ids) != "[before-0 before-1 before-2 before-3 before-4 after]" {
 		t.Fatalf("after recovery the queue holds %v", ids)
 	}
 }
@@ -78,7 +78,7 @@ func TestWriteFailureAfterApplyRecovers(t *testing.T) {
 	}
 	arm()
 	done := make(chan error, 1)
-	e.Settle(log.MainQueue, Settlement{Token: d.Token, Outcome: projection.Complete}, func(err error) { done <- err })
+	e.Settle(event.MainQueue, Settlement{Token: d.Token, Outcome: projection.Complete}, func(err error) { done <- err })
 	if err := <-done; err == nil {
 		t.Fatal("the complete succeeded despite the injected write failure")
 	}
@@ -86,7 +86,7 @@ func TestWriteFailureAfterApplyRecovers(t *testing.T) {
 	// entity has dealt with the failure (first retry after 500 ms).
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		c, err := e.Counts(log.MainQueue)
+		c, err := e.Counts(event.MainQueue)
 		if err == nil && c.Total == 1 {
 			return
 		}

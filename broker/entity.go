@@ -11,6 +11,7 @@ import (
 
 	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
 )
@@ -228,7 +229,7 @@ func (e *Entity) check() error {
 }
 
 // decide runs Decide on the current state at the current time.
-func (e *Entity) decide(cmd projection.Command) ([]log.Event, error) {
+func (e *Entity) decide(cmd projection.Command) ([]event.Event, error) {
 	if err := e.check(); err != nil {
 		return nil, err
 	}
@@ -239,7 +240,7 @@ func (e *Entity) decide(cmd projection.Command) ([]log.Event, error) {
 // not nil) once they are durable and applied, so that whoever done wakes
 // sees the state they made (an entity's config, its counters). done runs
 // on the log's writer goroutine or on the actor and must not block.
-func (e *Entity) commit(evs []log.Event, done func(error)) error {
+func (e *Entity) commit(evs []event.Event, done func(error)) error {
 	if len(evs) == 0 && done == nil {
 		return nil
 	}
@@ -277,7 +278,7 @@ func (w *afterApply) finish(err error) {
 // commitLazy is commit for events nobody waits on and whose loss in a
 // crash costs only a redelivery (locks on durable messages): they ride
 // on the next fsync instead of causing one (log.AppendLazy).
-func (e *Entity) commitLazy(evs []log.Event) error {
+func (e *Entity) commitLazy(evs []event.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -286,7 +287,7 @@ func (e *Entity) commitLazy(evs []log.Event) error {
 }
 
 // applyAppended applies events the log took (err is the append's result).
-func (e *Entity) applyAppended(evs []log.Event, err error) error {
+func (e *Entity) applyAppended(evs []event.Event, err error) error {
 	if err != nil {
 		e.fail(err)
 		return e.failed
@@ -301,7 +302,7 @@ func (e *Entity) applyAppended(evs []log.Event, err error) error {
 		}
 		e.trackCache(ev)
 		e.stats.count(ev)
-		if ev.Type == log.EntityCreated || ev.Type == log.EntityUpdated {
+		if ev.Type == event.EntityCreated || ev.Type == event.EntityUpdated {
 			cfg := e.st.Config()
 			e.cfg.Store(&cfg)
 		}
@@ -312,18 +313,18 @@ func (e *Entity) applyAppended(evs []log.Event, err error) error {
 
 // trackCache keeps message records in the body cache and drops those of
 // messages that are gone.
-func (e *Entity) trackCache(ev *log.Event) {
+func (e *Entity) trackCache(ev *event.Event) {
 	switch ev.Type {
-	case log.Enqueued, log.Scheduled, log.Activated, log.Forwarded, log.Restored:
+	case event.Enqueued, event.Scheduled, event.Activated, event.Forwarded, event.Restored:
 		e.cache.add(*ev)
-		if ev.Type == log.Activated {
+		if ev.Type == event.Activated {
 			e.cache.remove(ev.Seq)
 		}
-	case log.Abandoned, log.Deferred, log.DeadLettered, log.TransferDeadLettered:
-		if len(ev.Props) > 0 || ev.Type == log.DeadLettered || ev.Type == log.TransferDeadLettered {
+	case event.Abandoned, event.Deferred, event.DeadLettered, event.TransferDeadLettered:
+		if len(ev.Props) > 0 || ev.Type == event.DeadLettered || ev.Type == event.TransferDeadLettered {
 			e.cache.add(*ev) // an overlay: read back with its message
 		}
-	case log.Completed, log.Expired, log.ReceivedAndDeleted, log.ScheduleCancelled, log.Deleted:
+	case event.Completed, event.Expired, event.ReceivedAndDeleted, event.ScheduleCancelled, event.Deleted:
 		e.cache.remove(ev.Seq)
 	}
 }
@@ -350,7 +351,7 @@ func (e *Entity) fail(err error) {
 
 // record returns the log record at index (a message or an overlay), from
 // the cache or the log.
-func (e *Entity) record(index uint64, pos log.Position) (log.Event, error) {
+func (e *Entity) record(index uint64, pos event.Position) (event.Event, error) {
 	if ev, ok := e.cache.get(index); ok {
 		return ev, nil
 	}
@@ -412,7 +413,7 @@ func (e *Entity) tick() {
 		return
 	}
 	now := e.now()
-	for _, q := range []uint32{log.MainQueue} {
+	for _, q := range []uint32{event.MainQueue} {
 		for _, seq := range e.st.DueScheduled(q, now) {
 			meta, _ := e.st.Queue(q).Message(seq)
 			rec, err := e.record(seq, meta.Pos)

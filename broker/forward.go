@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -19,7 +19,7 @@ import (
 // can be cancelled through the entity the client named. The entities on
 // the way apply their size limits and their duplicate detection: they
 // store nothing, so what each has accepted is remembered where it went,
-// in the same atomic append (log.Remembered), and checked there. An entity
+// in the same atomic append (event.Remembered), and checked there. An entity
 // that stops forwarding, or forwards elsewhere, starts with no memory of
 // MessageIds in its new place; a changed window applies to what is
 // accepted from then on. Forwards from dead-letter queues pass the
@@ -41,7 +41,7 @@ import (
 //
 // Every auto-forward is a hop: each ForwardTo link a send follows, and each
 // dead-letter forward with the links it follows at its target. Messages
-// record their count (log.Event.Hops), and a dead-letter forward that would
+// record their count (event.Event.Hops), and a dead-letter forward that would
 // take one past MaxForwardHops is refused as MaxTransferHopCountExceeded,
 // so two entities whose dead-letter queues forward to each other pass a
 // message back and forth a few times, not for ever.
@@ -65,7 +65,7 @@ var ErrForwarding = errors.New("invalid forwarding")
 // those of them whose duplicate detection applies, for the target to run.
 func (e *Entity) forwardTarget(queue uint32, msgs []projection.Message) (t *Entity, hops uint32, via []projection.Via, err error) {
 	cur := e
-	if queue != log.MainQueue {
+	if queue != event.MainQueue {
 		return cur, 0, nil, nil
 	}
 	for range MaxForwardHops {
@@ -163,13 +163,13 @@ func (b *Broker) checkForwarding(name string, cfg projection.Config) error {
 
 // forwardState is the dead-letter forwarder's state, owned by the actor.
 type forwardState struct {
-	busy    bool          // a message is on its way to the target
-	resumed bool          // looked for a message held from before a restart
-	seq     uint64        // the message being forwarded
-	token   log.LockToken // and its lock
-	target  string        // and where to
-	retryAt int64         // unix ns: after a failure, not before this
-	delay   time.Duration // the backoff after the last failure
+	busy    bool            // a message is on its way to the target
+	resumed bool            // looked for a message held from before a restart
+	seq     uint64          // the message being forwarded
+	token   event.LockToken // and its lock
+	target  string          // and where to
+	retryAt int64           // unix ns: after a failure, not before this
+	delay   time.Duration   // the backoff after the last failure
 	// gen numbers the sends, across recoveries (which reset the rest): an
 	// answer for an earlier send, say one a recovery repeated, must not
 	// complete the message on its way now.
@@ -192,7 +192,7 @@ func (e *Entity) forward() {
 	}
 	seq, token, ok := e.heldForward()
 	if !ok {
-		evs, err := e.decide(projection.Lock{Queue: log.DeadLetterQueue, Receiver: ForwardReceiver, Max: 1,
+		evs, err := e.decide(projection.Lock{Queue: event.DeadLetterQueue, Receiver: ForwardReceiver, Max: 1,
 			Limit: e.durable, Nonce: e.rng.Uint64()})
 		if err != nil || len(evs) == 0 {
 			return
@@ -201,7 +201,7 @@ func (e *Entity) forward() {
 			return
 		}
 		for _, ev := range evs {
-			if ev.Type == log.Locked {
+			if ev.Type == event.Locked {
 				seq, token, ok = ev.Seq, ev.Token, true
 			}
 		}
@@ -209,7 +209,7 @@ func (e *Entity) forward() {
 			return
 		}
 	}
-	d, err := e.delivery(log.DeadLetterQueue, seq)
+	d, err := e.delivery(event.DeadLetterQueue, seq)
 	if err != nil {
 		e.forwardFailed(fmt.Errorf("forward dead-lettered message %d: %w", seq, err))
 		return
@@ -241,11 +241,11 @@ func (e *Entity) forwarded(gen uint64, err error) {
 		return
 	}
 	f.delay, f.retryAt = 0, 0
-	var cmd projection.Command = projection.Settle{Queue: log.DeadLetterQueue, Token: f.token, Outcome: projection.Complete}
+	var cmd projection.Command = projection.Settle{Queue: event.DeadLetterQueue, Token: f.token, Outcome: projection.Complete}
 	if refused {
 		e.logger().Warn("dead-lettered message refused by its forwarding target; moved to the transfer dead-letter queue",
 			"seq", f.seq, "forward_to", f.target, "reason", reason, "err", err)
-		cmd = projection.TransferDeadLetter{Queue: log.DeadLetterQueue, Token: f.token, Reason: reason,
+		cmd = projection.TransferDeadLetter{Queue: event.DeadLetterQueue, Token: f.token, Reason: reason,
 			Description: fmt.Sprintf("The message could not be forwarded to %s: %v", f.target, err)}
 	}
 	evs, err := e.decide(cmd)
@@ -280,14 +280,14 @@ func forwardRefusal(err error) (reason string, refused bool) {
 
 // heldForward finds a dead-lettered message the forwarder locked before
 // (its lock outlived a restart or a failed attempt).
-func (e *Entity) heldForward() (uint64, log.LockToken, bool) {
+func (e *Entity) heldForward() (uint64, event.LockToken, bool) {
 	f := &e.fwd
-	q := e.st.Queue(log.DeadLetterQueue)
+	q := e.st.Queue(event.DeadLetterQueue)
 	if f.resumed {
 		if lk, ok := q.Lock(f.seq); ok && lk.Token == f.token && lk.Receiver == ForwardReceiver {
 			return f.seq, f.token, true
 		}
-		return 0, log.LockToken{}, false
+		return 0, event.LockToken{}, false
 	}
 	f.resumed = true
 	for _, seq := range q.Peek(0, 1<<30, ^uint64(0)) {
@@ -295,7 +295,7 @@ func (e *Entity) heldForward() (uint64, log.LockToken, bool) {
 			return seq, lk.Token, true
 		}
 	}
-	return 0, log.LockToken{}, false
+	return 0, event.LockToken{}, false
 }
 
 // forwardFailed logs a failed forward and backs off before the next.
@@ -313,12 +313,12 @@ func (e *Entity) forwardFailed(err error) {
 // with the arrival's own duplicate detection (see Send.Forward), that of
 // the entities on the chain does not apply to it.
 func (e *Entity) sendForwarded(msg projection.Message, fw *projection.Forward, done func(error)) {
-	t, hops, _, err := e.forwardTarget(log.MainQueue, []projection.Message{msg})
+	t, hops, _, err := e.forwardTarget(event.MainQueue, []projection.Message{msg})
 	if err != nil {
 		done(err)
 		return
 	}
-	t.do(done, func(t *Entity) ([]log.Event, error) {
-		return t.decide(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{msg}, Hops: hops, Forward: fw})
+	t.do(done, func(t *Entity) ([]event.Event, error) {
+		return t.decide(projection.Send{Queue: event.MainQueue, Messages: []projection.Message{msg}, Hops: hops, Forward: fw})
 	})
 }

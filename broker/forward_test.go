@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -82,23 +82,23 @@ func TestForwardExactlyOnceAcrossAFailure(t *testing.T) {
 	armed.Store(true)
 	deadLetterOne(t, src, "m1")
 
-	waitCounts(t, src, log.DeadLetterQueue, func(c projection.Counts) bool { return c.Total == 0 })
+	waitCounts(t, src, event.DeadLetterQueue, func(c projection.Counts) bool { return c.Total == 0 })
 	if armed.Load() {
 		t.Fatal("the injected failure never happened")
 	}
 	deadLetterOne(t, src, "m2") // and forwarding carries on after the recovery
-	waitCounts(t, src, log.DeadLetterQueue, func(c projection.Counts) bool { return c.Total == 0 })
+	waitCounts(t, src, event.DeadLetterQueue, func(c projection.Counts) bool { return c.Total == 0 })
 	if err := dst.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := dst.Peek(log.MainQueue, 0, 10, "")
+	got, err := dst.Peek(event.MainQueue, 0, 10, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
 	for _, d := range got {
 		ids = append(ids, d.MessageID)
-		if len(d.Overlays) != 1 || d.Overlays[0].Type != log.Forwarded || d.Overlays[0].Source != "src" || d.Overlays[0].Reason != "poison" {
+		if len(d.Overlays) != 1 || d.Overlays[0].Type != event.Forwarded || d.Overlays[0].Source != "src" || d.Overlays[0].Reason != "poison" {
 			t.Fatalf("forwarded message %s: overlays %+v", d.MessageID, d.Overlays)
 		}
 	}
@@ -127,7 +127,7 @@ func TestForwardResumesAfterRestart(t *testing.T) {
 	block.Store(true) // the target fails every write: the message stays put
 	deadLetterOne(t, src, "m1")
 	time.Sleep(50 * time.Millisecond)
-	if c, _ := src.Counts(log.DeadLetterQueue); c.Total != 1 {
+	if c, _ := src.Counts(event.DeadLetterQueue); c.Total != 1 {
 		t.Fatalf("source dead-letter queue %+v while the target is failing", c)
 	}
 	b.Close()
@@ -136,8 +136,8 @@ func TestForwardResumesAfterRestart(t *testing.T) {
 	defer b.Close()
 	src, _ = b.Entity("src")
 	dst, _ := b.Entity("dst")
-	waitCounts(t, src, log.DeadLetterQueue, func(c projection.Counts) bool { return c.Total == 0 })
-	waitCounts(t, dst, log.MainQueue, func(c projection.Counts) bool { return c.Total == 1 })
+	waitCounts(t, src, event.DeadLetterQueue, func(c projection.Counts) bool { return c.Total == 0 })
+	waitCounts(t, dst, event.MainQueue, func(c projection.Counts) bool { return c.Total == 1 })
 }
 
 // Forwarding settings that cannot work are refused: a missing target,
@@ -190,7 +190,7 @@ func TestDeadLetterForwardWaitsForDurability(t *testing.T) {
 			deadline := time.Now().Add(time.Second)
 			for time.Now().Before(deadline) {
 				if d := dstReady.Load(); d != nil {
-					if c, err := d.Counts(log.MainQueue); err == nil && c.Total > 0 {
+					if c, err := d.Counts(event.MainQueue); err == nil && c.Total > 0 {
 						break
 					}
 				}
@@ -219,7 +219,7 @@ func TestDeadLetterForwardWaitsForDurability(t *testing.T) {
 	d := <-got
 	armed.Store(true)
 	done := make(chan error, 1)
-	src.Settle(log.MainQueue, Settlement{Token: d.Token, Outcome: projection.DeadLetter, Reason: "poison"}, func(err error) { done <- err })
+	src.Settle(event.MainQueue, Settlement{Token: d.Token, Outcome: projection.DeadLetter, Reason: "poison"}, func(err error) { done <- err })
 	settleErr := <-done
 	if settleErr == nil {
 		t.Fatal("the dead-letter succeeded despite the failed write")
@@ -228,20 +228,20 @@ func TestDeadLetterForwardWaitsForDurability(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if err := src.Sync(); err == nil {
-			if ds, err := src.Peek(log.MainQueue, 1, 10, ""); err == nil && len(ds) > 0 && ds[0].MessageID == "m1" {
+			if ds, err := src.Peek(event.MainQueue, 1, 10, ""); err == nil && len(ds) > 0 && ds[0].MessageID == "m1" {
 				break
 			}
 		}
 		if time.Now().After(deadline) {
-			c, _ := src.Counts(log.MainQueue)
-			cdl, _ := src.Counts(log.DeadLetterQueue)
-			cd, _ := dst.Counts(log.MainQueue)
+			c, _ := src.Counts(event.MainQueue)
+			cdl, _ := src.Counts(event.DeadLetterQueue)
+			cd, _ := dst.Counts(event.MainQueue)
 			t.Fatalf("source did not recover with its message: %+v dlq %+v dst %+v sync %v", c, cdl, cd, src.Sync())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	dst.Sync()
-	cd, _ := dst.Counts(log.MainQueue)
+	cd, _ := dst.Counts(event.MainQueue)
 	if cd.Total != 0 {
 		t.Fatalf("the dead-letter failed (client told %q) and m1 is back in src's queue, yet dst received it by dead-letter forwarding (dst holds %d)", settleErr, cd.Total)
 	}
@@ -277,7 +277,7 @@ func TestForwardingHopsCountedFromEveryStart(t *testing.T) {
 	q4, _ := b.Entity("q4")
 	q0, _ := b.Entity("q0")
 	sendSync(t, q4, projection.Message{Body: []byte("x"), MessageID: "m"})
-	if c, _ := q0.Counts(log.MainQueue); c.Total != 1 {
+	if c, _ := q0.Counts(event.MainQueue); c.Total != 1 {
 		t.Fatalf("q0 holds %d messages after a send to q4, want 1", c.Total)
 	}
 }
@@ -298,16 +298,16 @@ func TestForwardToKeepsSourceMaxMessageSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := make(chan error, 1)
-	src.Send(log.MainQueue, []projection.Message{{Body: make([]byte, 1000)}}, func(err error) { ch <- err })
+	src.Send(event.MainQueue, []projection.Message{{Body: make([]byte, 1000)}}, func(err error) { ch <- err })
 	if err := <-ch; !errors.Is(err, projection.ErrMessageTooLarge) {
 		t.Fatalf("a 1000-byte send to src (limit 100 bytes): %v", err)
 	}
-	src.Schedule(log.MainQueue, []projection.Message{{Body: make([]byte, 1000)}}, func(_ []uint64, err error) { ch <- err })
+	src.Schedule(event.MainQueue, []projection.Message{{Body: make([]byte, 1000)}}, func(_ []uint64, err error) { ch <- err })
 	if err := <-ch; !errors.Is(err, projection.ErrMessageTooLarge) {
 		t.Fatalf("a 1000-byte schedule through src: %v", err)
 	}
 	sendSync(t, src, projection.Message{Body: make([]byte, 100)})
-	if c, _ := dst.Counts(log.MainQueue); c.Total != 1 {
+	if c, _ := dst.Counts(event.MainQueue); c.Total != 1 {
 		t.Fatalf("dst holds %d messages, want the one within the limit", c.Total)
 	}
 }
@@ -358,10 +358,10 @@ func TestStoredSessionQueueForwardToIgnored(t *testing.T) {
 		t.Fatalf("stored ForwardTo %q, want the one written past the check", got)
 	}
 	sendSync(t, sess, projection.Message{Body: []byte("m"), SessionID: "s1"})
-	if c, _ := sess.Counts(log.MainQueue); c.Total != 1 {
+	if c, _ := sess.Counts(event.MainQueue); c.Total != 1 {
 		t.Fatalf("sess holds %d messages, want the one sent to it", c.Total)
 	}
-	if c, _ := dst.Counts(log.MainQueue); c.Total != 0 {
+	if c, _ := dst.Counts(event.MainQueue); c.Total != 0 {
 		t.Fatalf("dst holds %d messages, want none forwarded from a session queue", c.Total)
 	}
 }

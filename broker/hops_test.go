@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -56,7 +56,7 @@ func TestDeadLetterForwardingLoopStopsAfterFourHops(t *testing.T) {
 			}
 			for {
 				e, _ := b.Entity(at)
-				d := peekOne(t, e, log.MainQueue)
+				d := peekOne(t, e, event.MainQueue)
 				if d.Hops != hops {
 					t.Fatalf("the message in %s has taken %d hops, want %d", at, d.Hops, hops)
 				}
@@ -67,7 +67,7 @@ func TestDeadLetterForwardingLoopStopsAfterFourHops(t *testing.T) {
 					}
 					b = openBroker(t, opts)
 					e, _ = b.Entity(at)
-					if d := peekOne(t, e, log.MainQueue); d.Hops != 2 {
+					if d := peekOne(t, e, event.MainQueue); d.Hops != 2 {
 						t.Fatalf("after a restart the message in %s has taken %d hops, want 2", at, d.Hops)
 					}
 				}
@@ -76,22 +76,22 @@ func TestDeadLetterForwardingLoopStopsAfterFourHops(t *testing.T) {
 					break
 				}
 				next, _ := b.Entity(other[at])
-				waitCounts(t, next, log.MainQueue, func(c projection.Counts) bool { return c.Total == 1 })
+				waitCounts(t, next, event.MainQueue, func(c projection.Counts) bool { return c.Total == 1 })
 				at, hops = other[at], hops+1
 			}
 			if at != c.stopsAt {
 				t.Fatalf("the fifth hop would leave %s, want %s", at, c.stopsAt)
 			}
 			e, _ := b.Entity(at)
-			waitCounts(t, e, log.TransferDeadLetterQueue, func(c projection.Counts) bool { return c.Total == 1 })
-			d := peekOne(t, e, log.TransferDeadLetterQueue)
+			waitCounts(t, e, event.TransferDeadLetterQueue, func(c projection.Counts) bool { return c.Total == 1 })
+			d := peekOne(t, e, event.TransferDeadLetterQueue)
 			last := d.Overlays[len(d.Overlays)-1]
-			if d.MessageID != "m" || last.Type != log.TransferDeadLettered || last.Reason != projection.ReasonMaxTransferHops {
+			if d.MessageID != "m" || last.Type != event.TransferDeadLettered || last.Reason != projection.ReasonMaxTransferHops {
 				t.Fatalf("transfer dead-lettered %q with %+v", d.MessageID, last)
 			}
 			for _, name := range []string{"a", "b"} {
 				e, _ := b.Entity(name)
-				for _, q := range []uint32{log.MainQueue, log.DeadLetterQueue} {
+				for _, q := range []uint32{event.MainQueue, event.DeadLetterQueue} {
 					if c, _ := e.Counts(q); c.Total != 0 {
 						t.Fatalf("%s queue %d still holds %d", name, q, c.Total)
 					}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -85,7 +85,7 @@ func TestIdleCheckpointGivesTheLogBack(t *testing.T) {
 			b = openBroker(t, opts)
 			defer b.Close()
 			e, _ = b.Entity("q")
-			if c, _ := e.Counts(log.MainQueue); c.Total != 0 {
+			if c, _ := e.Counts(event.MainQueue); c.Total != 0 {
 				t.Fatalf("after restart the queue holds %+v", c)
 			}
 			more := drainThrough(t, e, 1, 10, false)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -22,7 +22,7 @@ func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error))
 	}
 	// Even when every message is a duplicate (no events), done waits for
 	// whatever came before: the original may not be durable yet.
-	t.do(done, func(t *Entity) ([]log.Event, error) {
+	t.do(done, func(t *Entity) ([]event.Event, error) {
 		return t.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via})
 	})
 }
@@ -65,7 +65,7 @@ func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]u
 // ignored. done runs once the cancellation is durable.
 func (e *Entity) Cancel(queue uint32, seqs []uint64, done func(error)) {
 	t, _, _, _ := e.forwardTarget(queue, nil)
-	t.do(done, func(t *Entity) ([]log.Event, error) {
+	t.do(done, func(t *Entity) ([]event.Event, error) {
 		return t.decide(projection.Cancel{Queue: queue, Seqs: seqs})
 	})
 }
@@ -81,7 +81,7 @@ const MaxDelete = 4000
 // their removal is durable.
 func (e *Entity) Delete(queue uint32, max int, before int64, session string, done func(int, error)) {
 	n := 0
-	e.do(func(err error) { done(n, err) }, func(e *Entity) ([]log.Event, error) {
+	e.do(func(err error) { done(n, err) }, func(e *Entity) ([]event.Event, error) {
 		seqs, err := e.deletable(queue, min(max, MaxDelete), before, session)
 		if err != nil {
 			return nil, err
@@ -155,7 +155,7 @@ func (e *Entity) sessionOf(queue uint32, session string) (q *projection.Queue, s
 
 // Settlement ends a message lock.
 type Settlement struct {
-	Token       log.LockToken
+	Token       event.LockToken
 	Outcome     projection.Outcome
 	Props       []byte // encoded AMQP map of application properties to set
 	Reason      string // dead-letter reason
@@ -166,7 +166,7 @@ type Settlement struct {
 // link or by lock token alone. done runs once the outcome is durable, or
 // with projection.ErrLockLost if the lock is gone.
 func (e *Entity) Settle(queue uint32, s Settlement, done func(error)) {
-	e.do(done, func(e *Entity) ([]log.Event, error) {
+	e.do(done, func(e *Entity) ([]event.Event, error) {
 		evs, err := e.decide(projection.Settle{Queue: queue, Token: s.Token, Outcome: s.Outcome, Props: s.Props,
 			Reason: s.Reason, Description: s.Description})
 		e.countLockLost(err)
@@ -196,8 +196,8 @@ func (e *Entity) Restore(ds []Delivery, done func(error)) {
 		}
 		byQueue[d.Queue] = append(byQueue[d.Queue], restored(d))
 	}
-	e.do(done, func(e *Entity) ([]log.Event, error) {
-		var evs []log.Event
+	e.do(done, func(e *Entity) ([]event.Event, error) {
+		var evs []event.Event
 		for _, q := range queues {
 			more, err := e.decide(projection.Restore{Queue: q, Messages: byQueue[q]})
 			if err != nil {
@@ -230,7 +230,7 @@ type folded struct {
 func foldOverlays(overlays []Overlay) folded {
 	var f folded
 	for _, ov := range overlays {
-		if ov.Type == log.DeadLettered || ov.Type == log.Forwarded || ov.Type == log.TransferDeadLettered {
+		if ov.Type == event.DeadLettered || ov.Type == event.Forwarded || ov.Type == event.TransferDeadLettered {
 			f.reason, f.description = ov.Reason, ov.Description
 		}
 		if ov.Source != "" {
@@ -248,7 +248,7 @@ func (e *Entity) countLockLost(err error) {
 }
 
 // do decides on the actor with decide, commits, and calls done when durable.
-func (e *Entity) do(done func(error), decide func(*Entity) ([]log.Event, error)) {
+func (e *Entity) do(done func(error), decide func(*Entity) ([]event.Event, error)) {
 	err := e.post(func(e *Entity) {
 		evs, err := decide(e)
 		if err != nil {
@@ -267,9 +267,9 @@ func (e *Entity) do(done func(error), decide func(*Entity) ([]log.Event, error))
 // Renew extends message locks and reports their new locked-until times
 // (unix ns), once durable. It fails as a whole on the first lock that is
 // gone.
-func (e *Entity) Renew(queue uint32, tokens []log.LockToken, done func([]int64, error)) {
+func (e *Entity) Renew(queue uint32, tokens []event.LockToken, done func([]int64, error)) {
 	err := e.post(func(e *Entity) {
-		var all []log.Event
+		var all []event.Event
 		for _, t := range tokens {
 			evs, err := e.decide(projection.Renew{Queue: queue, Token: t})
 			e.countLockLost(err)
@@ -344,7 +344,7 @@ func (e *Entity) ReceiveDeferred(queue uint32, receiver string, session string, 
 				done(nil, err)
 				return
 			}
-			if ev.Type == log.Locked {
+			if ev.Type == event.Locked {
 				d.Token, d.LockedUntil, d.State = ev.Token, ev.Until, index.Locked
 			}
 			out = append(out, d)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -28,14 +28,14 @@ const (
 type Delivery struct {
 	Queue       uint32
 	Seq         uint64
-	Token       log.LockToken // zero unless locked
-	LockedUntil int64         // unix ns; 0 unless locked
-	Deliveries  uint16        // earlier failed delivery attempts (the header's delivery-count)
-	State       index.State   // for peek: available, locked, deferred or scheduled
-	Deferred    bool          // deferred, even while locked after a receive by SequenceNumber
-	EnqueuedAt  int64         // unix ns
-	ExpiresAt   int64         // unix ns; 0 = never
-	ScheduledAt int64         // unix ns, for scheduled messages
+	Token       event.LockToken // zero unless locked
+	LockedUntil int64           // unix ns; 0 unless locked
+	Deliveries  uint16          // earlier failed delivery attempts (the header's delivery-count)
+	State       index.State     // for peek: available, locked, deferred or scheduled
+	Deferred    bool            // deferred, even while locked after a receive by SequenceNumber
+	EnqueuedAt  int64           // unix ns
+	ExpiresAt   int64           // unix ns; 0 = never
+	ScheduledAt int64           // unix ns, for scheduled messages
 	MessageID   string
 	SessionID   string
 	Hops        uint32 // auto-forwards that brought the message here
@@ -46,7 +46,7 @@ type Delivery struct {
 // Overlay is a change to a message's application properties recorded by an
 // abandon, defer or dead-letter, oldest first.
 type Overlay struct {
-	Type        log.Type
+	Type        event.Type
 	Reason      string // dead-letter reason
 	Description string // dead-letter error description
 	Props       []byte // encoded AMQP maps of properties to set, one after another
@@ -233,7 +233,7 @@ func (r *Receiver) Drain(done func(assigned uint64)) {
 // settled (a lock outlives its link) or expire, except those in unsent: they
 // never reached the client, so they are released without counting a
 // delivery. A session receiver's session is released too.
-func (r *Receiver) Detach(unsent []log.LockToken) {
+func (r *Receiver) Detach(unsent []event.LockToken) {
 	r.e.post(func(e *Entity) {
 		if r.closed {
 			return
@@ -254,11 +254,11 @@ func (r *Receiver) Detach(unsent []log.LockToken) {
 // Unsent releases the locks of deliveries that never reached the client,
 // without counting a delivery: ones the receiver's link was handed after
 // it closed, before its Detach reached the entity. It does not wait.
-func (r *Receiver) Unsent(tokens []log.LockToken) {
+func (r *Receiver) Unsent(tokens []event.LockToken) {
 	r.e.post(func(e *Entity) { e.releaseUnsent(r, tokens) })
 }
 
-func (e *Entity) releaseUnsent(r *Receiver, tokens []log.LockToken) {
+func (e *Entity) releaseUnsent(r *Receiver, tokens []event.LockToken) {
 	for _, token := range tokens {
 		if evs, err := e.decide(projection.Settle{Queue: r.opts.Queue, Token: token, Outcome: projection.Release}); err == nil {
 			e.commit(evs, nil)
@@ -280,7 +280,7 @@ func (e *Entity) dispatch() {
 	if e.failed != nil || len(e.credit.live()) == 0 {
 		return
 	}
-	sessions := e.st.Queue(log.MainQueue).Sessions() != nil
+	sessions := e.st.Queue(event.MainQueue).Sessions() != nil
 	var exhausted map[uint32]bool // queues with nothing left to hand out
 	live := e.credit.live()
 	for i := range live {
@@ -288,7 +288,7 @@ func (e *Entity) dispatch() {
 		q := c.r.opts.Queue
 		// Receivers of a plain queue compete for the same messages; a
 		// session receiver has its own supply, its session.
-		shared := !sessions || q != log.MainQueue
+		shared := !sessions || q != event.MainQueue
 		if c.units == 0 || c.r.closed || shared && exhausted[q] {
 			continue
 		}
@@ -333,7 +333,7 @@ func (e *Entity) deliverTo(r *Receiver, max uint64) uint64 {
 	var out []Delivery
 	for i := range evs {
 		ev := &evs[i]
-		if ev.Type != log.Locked && ev.Type != log.ReceivedAndDeleted {
+		if ev.Type != event.Locked && ev.Type != event.ReceivedAndDeleted {
 			continue
 		}
 		d, err := e.delivery(r.opts.Queue, ev.Seq)
@@ -342,10 +342,10 @@ func (e *Entity) deliverTo(r *Receiver, max uint64) uint64 {
 			return 0
 		}
 		d.Token, d.LockedUntil = ev.Token, ev.Until
-		if ev.Type == log.Locked {
+		if ev.Type == event.Locked {
 			d.State = index.Locked
 		}
-		if hook := e.b.opts.OnFirstDelivery; hook != nil && d.Deliveries == 0 && d.Queue == log.MainQueue {
+		if hook := e.b.opts.OnFirstDelivery; hook != nil && d.Deliveries == 0 && d.Queue == event.MainQueue {
 			since := d.EnqueuedAt
 			if d.ScheduledAt > since {
 				since = d.ScheduledAt
@@ -402,10 +402,10 @@ func (e *Entity) delivery(q uint32, seq uint64) (Delivery, error) {
 		Message:    rec.Message,
 	}
 	switch rec.Type {
-	case log.Scheduled:
+	case event.Scheduled:
 		d.ScheduledAt = rec.Until
 	default:
-		if q == log.MainQueue {
+		if q == event.MainQueue {
 			d.ExpiresAt = rec.Until
 		}
 	}
@@ -419,9 +419,9 @@ func (e *Entity) delivery(q uint32, seq uint64) (Delivery, error) {
 		}
 		o := Overlay{Type: ov.Type, Reason: ov.Reason, Description: ov.Description, Props: ov.Props}
 		switch ov.Type {
-		case log.Forwarded:
+		case event.Forwarded:
 			o.Source = ov.Name
-		case log.Restored:
+		case event.Restored:
 			// A restored message's record folds its earlier overlays: in a
 			// dead-letter queue it stands for the dead-lettering, and
 			// elsewhere, for a message forwarded from another entity's
@@ -429,9 +429,9 @@ func (e *Entity) delivery(q uint32, seq uint64) (Delivery, error) {
 			o.Source = ov.Name
 			switch {
 			case projection.IsDeadLetterQueue(ov.Queue):
-				o.Type = log.DeadLettered
+				o.Type = event.DeadLettered
 			case ov.Name != "":
-				o.Type = log.Forwarded
+				o.Type = event.Forwarded
 			}
 		}
 		d.Overlays = append(d.Overlays, o)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/broker/layout"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -58,7 +58,7 @@ func TestSessionWaiterAnsweredWhileFailed(t *testing.T) {
 	// A scheduled message makes no session available, so the waiter is
 	// still waiting when the entity fails.
 	sent := make(chan error, 1)
-	e.Send(log.MainQueue, []projection.Message{{Body: []byte("x"), SessionID: "s", ScheduledAt: time.Now().Add(time.Hour).UnixNano()}},
+	e.Send(event.MainQueue, []projection.Message{{Body: []byte("x"), SessionID: "s", ScheduledAt: time.Now().Add(time.Hour).UnixNano()}},
 		func(err error) { sent <- err })
 	if err := <-sent; err == nil {
 		t.Fatal("send succeeded on a failing device")
@@ -79,7 +79,7 @@ func TestBytesDuringRecovery(t *testing.T) {
 	e, arm := queueFailingOnce(t, "write")
 	arm()
 	sent := make(chan error, 1)
-	e.Send(log.MainQueue, []projection.Message{{Body: []byte("x")}}, func(err error) { sent <- err })
+	e.Send(event.MainQueue, []projection.Message{{Body: []byte("x")}}, func(err error) { sent <- err })
 	if err := <-sent; err == nil {
 		t.Fatal("send succeeded despite the injected failure")
 	}
@@ -127,7 +127,7 @@ func TestReceiveAndDeleteKeptOnFsyncFailure(t *testing.T) {
 		t.Fatal("the receiver was neither served nor told")
 	}
 	sendUntilRecovered(t, e)
-	if ids := peekIDs(t, e, log.MainQueue); len(ids) != 2 {
+	if ids := peekIDs(t, e, event.MainQueue); len(ids) != 2 {
 		t.Fatalf("after recovery the queue holds %v: message m, acknowledged, was never delivered (its receive-and-delete failed) and is gone", ids)
 	}
 }
@@ -156,15 +156,15 @@ func TestForwardIgnoresAStaleAnswer(t *testing.T) {
 	answered := make(chan struct{})
 	src.post(func(e *Entity) { e.forwarded(e.fwd.gen-1, nil); close(answered) })
 	<-answered
-	if c, _ := src.Counts(log.DeadLetterQueue); c.Total != 1 {
+	if c, _ := src.Counts(event.DeadLetterQueue); c.Total != 1 {
 		close(gate)
 		t.Fatalf("an answer for another send completed y at the source before y reached the target (dead-letter queue %+v)", c)
 	}
 	close(gate)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		s, _ := src.Counts(log.DeadLetterQueue)
-		d, _ := dst.Counts(log.MainQueue)
+		s, _ := src.Counts(event.DeadLetterQueue)
+		d, _ := dst.Counts(event.MainQueue)
 		if s.Total == 0 && d.Total == 1 {
 			return
 		}
@@ -207,7 +207,7 @@ func TestRefusedCreateLeavesNoEntity(t *testing.T) {
 	b = openBroker(t, Options{Dir: dir, IdleCheckpoint: -1})
 	defer b.Close()
 	if e, err := b.Entity("q"); err == nil {
-		c, _ := e.Counts(log.MainQueue)
+		c, _ := e.Counts(event.MainQueue)
 		t.Fatalf("queue q was deleted (and its first create refused), yet after a restart it exists again, holding %+v", c)
 	}
 }
@@ -220,7 +220,7 @@ func sendUntilRecovered(t *testing.T, e *Entity) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ch := make(chan error, 1)
-		e.Send(log.MainQueue, []projection.Message{{Body: []byte("probe"), MessageID: "probe"}}, func(err error) { ch <- err })
+		e.Send(event.MainQueue, []projection.Message{{Body: []byte("probe"), MessageID: "probe"}}, func(err error) { ch <- err })
 		if <-ch == nil {
 			return
 		}

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -31,7 +31,7 @@ func TestRestoredMessageKeepsWhatItHad(t *testing.T) {
 
 	// Receive-and-delete a from the queue and b from its dead-letter
 	// queue, and hand both back.
-	for _, q := range []uint32{log.MainQueue, log.DeadLetterQueue} {
+	for _, q := range []uint32{event.MainQueue, event.DeadLetterQueue} {
 		d := takeOne(t, e, q)
 		if ids := peekIDs(t, e, q); len(ids) != 0 {
 			t.Fatalf("queue %d holds %v after its only message was received and deleted", q, ids)
@@ -41,7 +41,7 @@ func TestRestoredMessageKeepsWhatItHad(t *testing.T) {
 
 	check := func(when string) {
 		t.Helper()
-		main, err := e.Peek(log.MainQueue, 1, 10, "")
+		main, err := e.Peek(event.MainQueue, 1, 10, "")
 		if err != nil || len(main) != 1 {
 			t.Fatalf("%s: queue holds %d messages (%v), want a", when, len(main), err)
 		}
@@ -50,12 +50,12 @@ func TestRestoredMessageKeepsWhatItHad(t *testing.T) {
 			len(a.Overlays) != 1 || !bytes.Equal(a.Overlays[0].Props, props) {
 			t.Fatalf("%s: restored a is seq %d id %q body %q deliveries %d overlays %+v", when, a.Seq, a.MessageID, a.Message, a.Deliveries, a.Overlays)
 		}
-		dlq, err := e.Peek(log.DeadLetterQueue, 1, 10, "")
+		dlq, err := e.Peek(event.DeadLetterQueue, 1, 10, "")
 		if err != nil || len(dlq) != 1 {
 			t.Fatalf("%s: dead-letter queue holds %d messages (%v), want b", when, len(dlq), err)
 		}
 		bd := dlq[0]
-		if bd.MessageID != "b" || len(bd.Overlays) != 1 || bd.Overlays[0].Type != log.DeadLettered ||
+		if bd.MessageID != "b" || len(bd.Overlays) != 1 || bd.Overlays[0].Type != event.DeadLettered ||
 			bd.Overlays[0].Reason != "why" || bd.Overlays[0].Description != "because" {
 			t.Fatalf("%s: restored b is id %q overlays %+v", when, bd.MessageID, bd.Overlays)
 		}
@@ -79,13 +79,13 @@ func TestRestoredForwardedMessageKeepsItsSource(t *testing.T) {
 	defer b.Close()
 	dst, src := forwardingPair(t, b)
 	deadLetterOne(t, src, "f")
-	waitCounts(t, dst, log.MainQueue, func(c projection.Counts) bool { return c.Total == 1 })
-	restoreSync(t, dst, takeOne(t, dst, log.MainQueue))
-	peek, err := dst.Peek(log.MainQueue, 1, 10, "")
+	waitCounts(t, dst, event.MainQueue, func(c projection.Counts) bool { return c.Total == 1 })
+	restoreSync(t, dst, takeOne(t, dst, event.MainQueue))
+	peek, err := dst.Peek(event.MainQueue, 1, 10, "")
 	if err != nil || len(peek) != 1 {
 		t.Fatalf("after the restore the queue holds %d messages (%v)", len(peek), err)
 	}
-	if ov := peek[0].Overlays; len(ov) != 1 || ov[0].Type != log.Forwarded || ov[0].Source != "src" || ov[0].Reason != "poison" {
+	if ov := peek[0].Overlays; len(ov) != 1 || ov[0].Type != event.Forwarded || ov[0].Source != "src" || ov[0].Reason != "poison" {
 		t.Fatalf("restored forwarded message: overlays %+v, want its arrival from src with reason poison", ov)
 	}
 }

@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
+
 	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -43,7 +44,7 @@ type harness struct {
 	mu      sync.Mutex
 	pending []string // deliveries and async results not yet printed
 	rcv     map[string]*scriptReceiver
-	tokens  map[string]log.LockToken // "entity/queue/seq" -> last lock token seen
+	tokens  map[string]event.LockToken // "entity/queue/seq" -> last lock token seen
 }
 
 type scriptReceiver struct {
@@ -62,7 +63,7 @@ func (h *harness) open() {
 	h.b = b
 	h.rcv = map[string]*scriptReceiver{}
 	if h.tokens == nil {
-		h.tokens = map[string]log.LockToken{}
+		h.tokens = map[string]event.LockToken{}
 	}
 	for _, e := range rec.Entities {
 		h.note(fmt.Sprintf("recovered %s: snapshot at %d, %d events replayed", e.Name, e.Snapshot, e.Replayed))
@@ -241,7 +242,7 @@ func (h *harness) exec(t *testing.T, td *datadriven.TestData) (string, error) {
 		return fmt.Sprintf("%s drained: %d delivered in all", sr.name, n), nil
 	case "detach":
 		sr := h.receiver(a)
-		var unsent []log.LockToken
+		var unsent []event.LockToken
 		for _, seq := range a.seqs("unsent") {
 			unsent = append(unsent, h.tokens[h.key(sr.e, sr.queue, seq)])
 		}
@@ -264,7 +265,7 @@ func (h *harness) exec(t *testing.T, td *datadriven.TestData) (string, error) {
 		return strings.Join(out, "\n"), nil
 	case "renew":
 		e, q := h.entity(a)
-		var tokens []log.LockToken
+		var tokens []event.LockToken
 		for _, seq := range a.seqs("seq") {
 			tokens = append(tokens, h.tokens[h.key(e, q, seq)])
 		}
@@ -428,7 +429,7 @@ func (h *harness) delivered(name string, e *Entity, d Delivery) {
 }
 
 func (h *harness) remember(e *Entity, d Delivery) {
-	if d.Token != (log.LockToken{}) {
+	if d.Token != (event.LockToken{}) {
 		h.mu.Lock()
 		h.tokens[h.key(e, d.Queue, d.Seq)] = d.Token
 		h.mu.Unlock()
@@ -440,7 +441,7 @@ func (h *harness) key(e *Entity, q uint32, seq uint64) string {
 }
 
 func (h *harness) qname(e *Entity, q uint32) string {
-	if q == log.DeadLetterQueue {
+	if q == event.DeadLetterQueue {
 		return e.name + "/$DeadLetterQueue"
 	}
 	return e.name
@@ -497,9 +498,9 @@ func (h *harness) entity(a args) (*Entity, uint32) {
 		a.t.Fatalf("%s: %v", a.td.Pos, err)
 	}
 	if a.has("dlq") {
-		return e, log.DeadLetterQueue
+		return e, event.DeadLetterQueue
 	}
-	return e, log.MainQueue
+	return e, event.MainQueue
 }
 
 func (h *harness) receiver(a args) *scriptReceiver {

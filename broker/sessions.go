@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -145,7 +145,7 @@ func (r *Receiver) RenewSession(done func(int64, error)) {
 // SetSessionState replaces the state of the receiver's session (nil or
 // empty clears it); done runs once durable.
 func (r *Receiver) SetSessionState(state []byte, done func(error)) {
-	r.e.do(done, func(e *Entity) ([]log.Event, error) {
+	r.e.do(done, func(e *Entity) ([]event.Event, error) {
 		return e.decide(projection.SetSessionState{Queue: r.opts.Queue, SessionID: r.opts.Session, Receiver: r.id,
 			State: state})
 	})

@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -34,27 +34,27 @@ type Stats struct {
 	LockLost     uint64 // settlements and renewals refused because the lock was gone
 }
 
-func (s *stats) count(ev *log.Event) {
+func (s *stats) count(ev *event.Event) {
 	switch ev.Type {
-	case log.Enqueued, log.Scheduled, log.Forwarded:
+	case event.Enqueued, event.Scheduled, event.Forwarded:
 		s.sent.Add(1)
-	case log.Locked, log.ReceivedAndDeleted:
+	case event.Locked, event.ReceivedAndDeleted:
 		s.delivered.Add(1)
-	case log.Completed:
+	case event.Completed:
 		s.completed.Add(1)
-	case log.Abandoned:
+	case event.Abandoned:
 		s.abandoned.Add(1)
-	case log.Released:
+	case event.Released:
 		s.released.Add(1)
-	case log.Deferred:
+	case event.Deferred:
 		s.deferred.Add(1)
-	case log.Expired:
+	case event.Expired:
 		s.expired.Add(1)
-	case log.LockExpired:
+	case event.LockExpired:
 		s.lockExpired.Add(1)
-	case log.Deleted:
+	case event.Deleted:
 		s.deleted.Add(1)
-	case log.DeadLettered:
+	case event.DeadLettered:
 		switch ev.Reason {
 		case projection.ReasonMaxDeliveryCount:
 			s.deadLetteredMaxDelivery.Add(1)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -45,14 +45,14 @@ func TestRefusedDeadLetterForwardGoesToTransferDeadLetterQueue(t *testing.T) {
 			}
 			deadLetterMessage(t, src, c.poison)
 			deadLetterMessage(t, src, c.good)
-			waitCounts(t, dst, log.MainQueue, func(c projection.Counts) bool { return c.Total == 1 })
-			waitCounts(t, src, log.DeadLetterQueue, func(c projection.Counts) bool { return c.Total == 0 })
-			if ids := peekIDs(t, dst, log.MainQueue); fmt.Sprint(ids) != "[good]" {
+			waitCounts(t, dst, event.MainQueue, func(c projection.Counts) bool { return c.Total == 1 })
+			waitCounts(t, src, event.DeadLetterQueue, func(c projection.Counts) bool { return c.Total == 0 })
+			if ids := peekIDs(t, dst, event.MainQueue); fmt.Sprint(ids) != "[good]" {
 				t.Fatalf("the target holds %v", ids)
 			}
 			check := func(when string, src *Entity) {
 				t.Helper()
-				ds, err := src.Peek(log.TransferDeadLetterQueue, 0, 10, "")
+				ds, err := src.Peek(event.TransferDeadLetterQueue, 0, 10, "")
 				if err != nil || len(ds) != 1 {
 					t.Fatalf("%s: the transfer dead-letter queue holds %d messages (%v)", when, len(ds), err)
 				}
@@ -61,7 +61,7 @@ func TestRefusedDeadLetterForwardGoesToTransferDeadLetterQueue(t *testing.T) {
 					t.Fatalf("%s: transfer dead-letter %q, overlays %+v", when, d.MessageID, d.Overlays)
 				}
 				ov := d.Overlays[1]
-				if ov.Type != log.TransferDeadLettered || ov.Reason != c.reason || !strings.Contains(ov.Description, "dst") {
+				if ov.Type != event.TransferDeadLettered || ov.Reason != c.reason || !strings.Contains(ov.Description, "dst") {
 					t.Fatalf("%s: transfer dead-lettered with %q: %q", when, ov.Reason, ov.Description)
 				}
 			}
@@ -115,10 +115,10 @@ func TestRestoredTransferDeadLetterKeepsItsReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadLetterOne(t, src, "longer than ten bytes")
-	waitCounts(t, src, log.TransferDeadLetterQueue, func(c projection.Counts) bool { return c.Total == 1 })
-	d := takeOne(t, src, log.TransferDeadLetterQueue)
+	waitCounts(t, src, event.TransferDeadLetterQueue, func(c projection.Counts) bool { return c.Total == 1 })
+	d := takeOne(t, src, event.TransferDeadLetterQueue)
 	restoreSync(t, src, d)
-	ds, err := src.Peek(log.TransferDeadLetterQueue, 1, 10, "")
+	ds, err := src.Peek(event.TransferDeadLetterQueue, 1, 10, "")
 	if err != nil || len(ds) != 1 || ds[0].Seq == d.Seq {
 		t.Fatalf("the transfer dead-letter queue holds %d messages (%v)", len(ds), err)
 	}

@@ -3,12 +3,12 @@ package index
 import (
 	"encoding/binary"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // Lock is a message lock held by a receiver.
 type Lock struct {
-	Token    log.LockToken
+	Token    event.LockToken
 	Until    int64 // unix ns
 	Receiver string
 }
@@ -41,12 +41,12 @@ func (l *Locks) Seqs() []uint64 {
 // MakeToken builds the lock token for a lock on seq: the SequenceNumber in
 // the first 8 bytes (so a token leads straight to its message without a
 // second map) and 8 unguessable bytes the broker supplies.
-func MakeToken(seq, nonce uint64) log.LockToken {
-	var t log.LockToken
+func MakeToken(seq, nonce uint64) event.LockToken {
+	var t event.LockToken
 	binary.BigEndian.PutUint64(t[:8], seq)
 	binary.BigEndian.PutUint64(t[8:], nonce)
 	return t
 }
 
 // TokenSeq returns the SequenceNumber a token was made for.
-func TokenSeq(t log.LockToken) uint64 { return binary.BigEndian.Uint64(t[:8]) }
+func TokenSeq(t event.LockToken) uint64 { return binary.BigEndian.Uint64(t[:8]) }

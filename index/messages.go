@@ -7,7 +7,7 @@ package index
 import (
 	"slices"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // State is where a message stands in its queue.
@@ -44,9 +44,9 @@ const (
 // Meta is what the broker keeps in memory per message, 16 bytes. Everything
 // else (body, ids, times) is in the message's log record, read by Pos.
 type Meta struct {
-	Pos        log.Position // where the record at the message's SequenceNumber is
-	Session    uint32       // session number in the Sessions table, 0 for none
-	Deliveries uint16       // failed delivery attempts so far (saturates)
+	Pos        event.Position // where the record at the message's SequenceNumber is
+	Session    uint32         // session number in the Sessions table, 0 for none
+	Deliveries uint16         // failed delivery attempts so far (saturates)
 	State      State
 	Flags      uint8
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/walbus/walbus/log/event"
 )
 
 // An archive holds log records outside the segmented log, keyed by index:
@@ -44,6 +46,9 @@ const (
 )
 
 // ErrNotArchived is returned by Archive.Read for an index it does not hold.
+// crcTable checksums an archive's index block.
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
 var ErrNotArchived = errors.New("record not in the archive")
 
 // WriteArchive writes records (whole envelopes, as AppendRecord makes them)
@@ -117,7 +122,7 @@ func (w *ArchiveWriter) Add(rec []byte) error {
 	if w.err != nil {
 		return w.err
 	}
-	e, err := DecodeRecord(rec)
+	e, err := event.DecodeRecord(rec)
 	if err != nil {
 		return fmt.Errorf("archive record: %w", err)
 	}
@@ -129,7 +134,7 @@ func (w *ArchiveWriter) Add(rec []byte) error {
 	}
 	w.index = binary.AppendUvarint(w.index, e.Index-w.prev)
 	w.index = binary.AppendUvarint(w.index, uint64(len(w.blocks)))
-	w.index = binary.AppendUvarint(w.index, uint64(len(w.raw)+uvarintLen(uint64(len(rec)))))
+	w.index = binary.AppendUvarint(w.index, uint64(len(w.raw)+event.UvarintLen(uint64(len(rec)))))
 	w.index = binary.AppendUvarint(w.index, uint64(len(rec)))
 	w.raw = binary.AppendUvarint(w.raw, uint64(len(rec)))
 	w.raw = append(w.raw, rec...)
@@ -157,7 +162,7 @@ func (w *ArchiveWriter) Commit() error {
 	w.write(index)
 	foot := binary.BigEndian.AppendUint64(nil, uint64(indexOff))
 	foot = binary.BigEndian.AppendUint64(foot, uint64(len(index)))
-	foot = binary.BigEndian.AppendUint32(foot, crc32.Checksum(index, castagnoli))
+	foot = binary.BigEndian.AppendUint32(foot, crc32.Checksum(index, crcTable))
 	w.write(append(foot, archiveEndMagic...))
 	if w.err == nil {
 		w.err = w.f.Sync()
@@ -222,7 +227,7 @@ func OpenArchive(path string) (*Archive, error) {
 
 func readArchiveIndex(f *os.File, path string) (*Archive, error) {
 	corrupt := func(format string, args ...any) error {
-		return &CorruptionError{Dir: path, Offset: -1, Reason: "archive: " + fmt.Sprintf(format, args...)}
+		return &Damage{Dir: path, Offset: -1, Reason: "archive: " + fmt.Sprintf(format, args...)}
 	}
 	fi, err := f.Stat()
 	if err != nil {
@@ -251,10 +256,10 @@ func readArchiveIndex(f *os.File, path string) (*Archive, error) {
 	if _, err := f.ReadAt(index, off); err != nil {
 		return nil, err
 	}
-	if crc32.Checksum(index, castagnoli) != binary.BigEndian.Uint32(foot[16:]) {
+	if crc32.Checksum(index, crcTable) != binary.BigEndian.Uint32(foot[16:]) {
 		return nil, corrupt("index checksum mismatch")
 	}
-	r := NewReader(index)
+	r := event.NewReader(index)
 	count := r.Count(4)
 	a := &Archive{path: path, f: f, entries: make(map[uint64]archiveEntry, count), cached: -1}
 	var idx uint64
@@ -317,10 +322,10 @@ func (a *Archive) Indexes() []uint64 {
 }
 
 // Read returns the record at index, checked; its byte slices are its own.
-func (a *Archive) Read(index uint64) (Event, error) {
+func (a *Archive) Read(index uint64) (event.Event, error) {
 	e, ok := a.entries[index]
 	if !ok {
-		return Event{}, ErrNotArchived
+		return event.Event{}, ErrNotArchived
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -328,31 +333,31 @@ func (a *Archive) Read(index uint64) (Event, error) {
 		b := a.blocks[e.block]
 		comp := make([]byte, b.clen)
 		if _, err := a.f.ReadAt(comp, b.off); err != nil && !errors.Is(err, io.EOF) {
-			return Event{}, err
+			return event.Event{}, err
 		}
 		if a.dec == nil {
 			var err error
 			if a.dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(64<<20))); err != nil {
-				return Event{}, err
+				return event.Event{}, err
 			}
 		}
 		raw, err := a.dec.DecodeAll(comp, a.cache[:0])
 		if err != nil || int64(len(raw)) != b.rlen {
 			a.cached = -1
-			return Event{}, &CorruptionError{Dir: a.path, Offset: b.off, Index: index, Reason: fmt.Sprintf("archive block: %v", err)}
+			return event.Event{}, &Damage{Dir: a.path, Offset: b.off, Index: index, Reason: fmt.Sprintf("archive block: %v", err)}
 		}
 		a.cache, a.cached = raw, int(e.block)
 	}
-	body, _, reason := entryAt(a.cache, int(e.offset)-uvarintLen(uint64(e.size)))
+	body, _, reason := entryAt(a.cache, int(e.offset)-event.UvarintLen(uint64(e.size)))
 	if reason != "" || len(body) != int(e.size) {
-		return Event{}, &CorruptionError{Dir: a.path, Offset: -1, Index: index, Reason: "archive entry: " + reason}
+		return event.Event{}, &Damage{Dir: a.path, Offset: -1, Index: index, Reason: "archive entry: " + reason}
 	}
-	ev, err := DecodeRecord(bytes.Clone(body))
+	ev, err := event.DecodeRecord(bytes.Clone(body))
 	if err == nil && ev.Index != index {
 		err = fmt.Errorf("record holds index %d", ev.Index)
 	}
 	if err != nil {
-		return Event{}, &CorruptionError{Dir: a.path, Offset: -1, Index: index, Reason: err.Error()}
+		return event.Event{}, &Damage{Dir: a.path, Offset: -1, Index: index, Reason: err.Error()}
 	}
 	return ev, nil
 }
@@ -395,12 +400,12 @@ func OpenArchives(dir string) ([]*Archive, error) {
 // false if none does. A log's first record after a compaction is in the
 // log and in the archive, and its old position is stale in the log (the
 // truncation rewrote its segment), so readers look there first.
-func ReadArchived(archives []*Archive, index uint64) (ev Event, ok bool, err error) {
+func ReadArchived(archives []*Archive, index uint64) (ev event.Event, ok bool, err error) {
 	for _, a := range archives {
 		if a.Has(index) {
 			ev, err = a.Read(index)
 			return ev, true, err
 		}
 	}
-	return Event{}, false, nil
+	return event.Event{}, false, nil
 }

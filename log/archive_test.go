@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/walbus/walbus/log/event"
 )
 
 func archiveRecords(n int, size int) ([][]byte, map[uint64][]byte) {
@@ -14,8 +16,8 @@ func archiveRecords(n int, size int) ([][]byte, map[uint64][]byte) {
 	for i := range n {
 		idx := uint64(3*i + 2) // not contiguous, as archived records are not
 		b := body(idx, size+i%97)
-		e := Event{Type: Enqueued, Index: idx, Time: int64(i), MessageID: "m", Message: b}
-		recs = append(recs, AppendRecord(nil, &e))
+		e := event.Event{Type: event.Enqueued, Index: idx, Time: int64(i), MessageID: "m", Message: b}
+		recs = append(recs, event.AppendRecord(nil, &e))
 		bodies[idx] = b
 	}
 	return recs, bodies

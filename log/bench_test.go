@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/wal"
+
+	"github.com/walbus/walbus/log/event"
 )
 
 var producerCounts = []int{1, 16, 64, 256}
@@ -23,9 +25,9 @@ func BenchmarkDurableAppend1KB(b *testing.B) {
 			defer l.Close()
 			var batches, records atomic.Int64
 			l.opts.OnCommit = func(s CommitStats) { batches.Add(1); records.Add(int64(s.Records)) }
-			body := make([]byte, 1024-MinRecordSize-10)
+			body := make([]byte, 1024-event.MinRecordSize-10)
 			runProducers(b, producers, func() func() {
-				evs := []Event{{Type: Enqueued, Time: 1, Message: body}}
+				evs := []event.Event{{Type: event.Enqueued, Time: 1, Message: body}}
 				ch := make(chan error, 1)
 				done := func(err error) { ch <- err }
 				return func() {
@@ -141,9 +143,9 @@ func BenchmarkScan1KB(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	body := make([]byte, 1024-MinRecordSize-10)
+	body := make([]byte, 1024-event.MinRecordSize-10)
 	for range n {
-		if _, err := l.Append([]Event{{Type: Enqueued, Time: 1, Message: body}}, nil); err != nil {
+		if _, err := l.Append([]event.Event{{Type: event.Enqueued, Time: 1, Message: body}}, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -154,7 +156,7 @@ func BenchmarkScan1KB(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		count := 0
-		if err := l.Scan(1, func(*Event) error { count++; return nil }); err != nil || count != n {
+		if err := l.Scan(1, func(*event.Event) error { count++; return nil }); err != nil || count != n {
 			b.Fatalf("scanned %d: %v", count, err)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/walbus/walbus/log/event"
 )
 
 // copyDir copies the flat directory src to a new temporary directory.
@@ -51,7 +53,7 @@ func mutateFile(t *testing.T, path string, fn func([]byte) []byte) {
 
 // golden builds a closed log of n single-record groups and returns its
 // directory and events by index.
-func golden(t *testing.T, n int, opts Options) (string, map[uint64]Event) {
+func golden(t *testing.T, n int, opts Options) (string, map[uint64]event.Event) {
 	t.Helper()
 	dir := t.TempDir()
 	l, _ := openT(t, dir, opts)
@@ -59,7 +61,7 @@ func golden(t *testing.T, n int, opts Options) (string, map[uint64]Event) {
 	// The last record is small, so tearing it at every length stays quick.
 	last := enq(0)
 	last.Message = body(uint64(n), 40)
-	evs := []Event{last}
+	evs := []event.Event{last}
 	appendWait(t, l, evs)
 	want[evs[0].Index] = evs[0]
 	if err := l.Close(); err != nil {
@@ -70,7 +72,7 @@ func golden(t *testing.T, n int, opts Options) (string, map[uint64]Event) {
 
 // reopenCheck opens dir and checks that indexes 1..last hold what want says
 // and that the log accepts the next append at last+1.
-func reopenCheck(t *testing.T, dir string, opts Options, want map[uint64]Event, last uint64) OpenReport {
+func reopenCheck(t *testing.T, dir string, opts Options, want map[uint64]event.Event, last uint64) OpenReport {
 	t.Helper()
 	l, rep := openT(t, dir, opts)
 	defer l.Close()
@@ -78,7 +80,7 @@ func reopenCheck(t *testing.T, dir string, opts Options, want map[uint64]Event, 
 		t.Fatalf("last index %d, want %d (repair: %s)", rep.LastIndex, last, rep.Repair)
 	}
 	n := uint64(0)
-	err := l.Scan(1, func(e *Event) error {
+	err := l.Scan(1, func(e *event.Event) error {
 		n++
 		if !bytes.Equal(e.Message, want[e.Index].Message) {
 			t.Fatalf("index %d changed", e.Index)
@@ -88,7 +90,7 @@ func reopenCheck(t *testing.T, dir string, opts Options, want map[uint64]Event, 
 	if err != nil || n != last {
 		t.Fatalf("scan: %d records, %v", n, err)
 	}
-	if first := appendWait(t, l, []Event{enq(5)}); first != last+1 {
+	if first := appendWait(t, l, []event.Event{enq(5)}); first != last+1 {
 		t.Fatalf("next append got index %d, want %d", first, last+1)
 	}
 	return rep
@@ -97,7 +99,7 @@ func reopenCheck(t *testing.T, dir string, opts Options, want map[uint64]Event, 
 func TestTornTailEveryK(t *testing.T) {
 	const n = 20
 	src, want := golden(t, n, Options{})
-	lastEntry := uvarintLen(uint64(want[n].Pos.Size)) + int(want[n].Pos.Size)
+	lastEntry := event.UvarintLen(uint64(want[n].Pos.Size)) + int(want[n].Pos.Size)
 	for k := 1; k <= lastEntry; k++ {
 		dir := copyDir(t, src)
 		mutateFile(t, lastSegment(t, dir), func(b []byte) []byte { return b[:len(b)-k] })
@@ -113,7 +115,7 @@ func TestTornTailEveryK(t *testing.T) {
 
 func TestZerosAppendedLoseNothing(t *testing.T) {
 	src, want := golden(t, 10, Options{})
-	for _, zeros := range []int{1, 2, 7, MinRecordSize, 4096, 70000} {
+	for _, zeros := range []int{1, 2, 7, event.MinRecordSize, 4096, 70000} {
 		dir := copyDir(t, src)
 		mutateFile(t, lastSegment(t, dir), func(b []byte) []byte { return append(b, make([]byte, zeros)...) })
 		rep := reopenCheck(t, dir, Options{}, want, 10)
@@ -139,7 +141,7 @@ func TestBitFlipBeforeTailIsCorruption(t *testing.T) {
 	off := want[5].Pos.Offset + 12
 	mutateFile(t, lastSegment(t, dir), func(b []byte) []byte { b[off] ^= 0x01; return b })
 	_, _, err := Open(dir, Options{})
-	var ce *CorruptionError
+	var ce *Damage
 	if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.Index != 5 {
 		t.Fatalf("open: %v", err)
 	}
@@ -150,7 +152,7 @@ func TestBitFlipBeforeTailIsCorruption(t *testing.T) {
 // Damage to the length prefix of a record in the middle of the last
 // segment, with written records after it, is corruption like a flipped bit
 // in its body (TestBitFlipBeforeTailIsCorruption): Open refuses with a
-// *CorruptionError unless told to repair, and does not cut records 5..10
+// *Damage unless told to repair, and does not cut records 5..10
 // away as a torn tail.
 func TestLengthPrefixDamageBeforeTailIsCorruption(t *testing.T) {
 	for _, tc := range []struct {
@@ -158,7 +160,7 @@ func TestLengthPrefixDamageBeforeTailIsCorruption(t *testing.T) {
 		mutate func(b []byte, prefixOff int) []byte
 	}{
 		{"length grows", func(b []byte, off int) []byte { b[off] |= 0x7f; return b }},
-		{"length shrinks", func(b []byte, off int) []byte { b[off] = MinRecordSize; return b }},
+		{"length shrinks", func(b []byte, off int) []byte { b[off] = event.MinRecordSize; return b }},
 		{"zeroed bytes", func(b []byte, off int) []byte {
 			for i := off; i < off+8; i++ {
 				b[i] = 0
@@ -170,7 +172,7 @@ func TestLengthPrefixDamageBeforeTailIsCorruption(t *testing.T) {
 			src, want := golden(t, 10, Options{}) // one segment
 			dir := copyDir(t, src)
 			pos := want[5].Pos
-			prefixOff := int(pos.Offset) - uvarintLen(uint64(pos.Size))
+			prefixOff := int(pos.Offset) - event.UvarintLen(uint64(pos.Size))
 			mutateFile(t, lastSegment(t, dir), func(b []byte) []byte { return tc.mutate(b, prefixOff) })
 			l, rep, err := Open(dir, Options{})
 			if err == nil {
@@ -179,7 +181,7 @@ func TestLengthPrefixDamageBeforeTailIsCorruption(t *testing.T) {
 				t.Fatalf("open succeeded and silently dropped acknowledged indexes %d..10 (last index now %d, repair: %s)",
 					last+1, last, rep.Repair)
 			}
-			var ce *CorruptionError
+			var ce *Damage
 			if !errors.As(err, &ce) || ce.Index != 5 {
 				t.Fatalf("open: %v", err)
 			}
@@ -203,9 +205,9 @@ func TestBitFlipInOlderSegment(t *testing.T) {
 	// Open does not read old segments, so it succeeds; every read path then
 	// reports the damage as typed corruption with its place.
 	l, _ := openT(t, dir, opts)
-	err := l.Scan(1, func(*Event) error { return nil })
-	var ce *CorruptionError
-	if !errors.As(err, &ce) || ce.Segment != victim || ce.Index != victim+1 || ce.Offset != int64(pos.Offset)-int64(uvarintLen(uint64(pos.Size))) {
+	err := l.Scan(1, func(*event.Event) error { return nil })
+	var ce *Damage
+	if !errors.As(err, &ce) || ce.Segment != victim || ce.Index != victim+1 || ce.Offset != int64(pos.Offset)-int64(event.UvarintLen(uint64(pos.Size))) {
 		t.Fatalf("scan: %v", err)
 	}
 	if _, _, err := l.ReadAt(victim+1, pos, nil); !errors.Is(err, ErrCorrupt) {
@@ -215,10 +217,10 @@ func TestBitFlipInOlderSegment(t *testing.T) {
 	if err := l.TruncateBack(victim); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Scan(1, func(*Event) error { return nil }); err != nil {
+	if err := l.Scan(1, func(*event.Event) error { return nil }); err != nil {
 		t.Fatalf("scan after repair: %v", err)
 	}
-	if first := appendWait(t, l, []Event{enq(3)}); first != victim+1 {
+	if first := appendWait(t, l, []event.Event{enq(3)}); first != victim+1 {
 		t.Fatalf("append after repair at %d", first)
 	}
 	l.Close()
@@ -232,7 +234,7 @@ func TestMissingSegmentIsCorruption(t *testing.T) {
 	os.Remove(segmentPath(dir, segs[2]))
 	l, _ := openT(t, dir, opts)
 	defer l.Close()
-	err := l.Scan(1, func(*Event) error { return nil })
+	err := l.Scan(1, func(*event.Event) error { return nil })
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("scan over a missing segment: %v", err)
 	}
@@ -253,7 +255,7 @@ func TestUnfinishedGroupIsDropped(t *testing.T) {
 			l, _ := openT(t, dir, opts)
 			want := fill(t, l, 5, rand.New(rand.NewPCG(1, 1)))
 			segsBefore, _ := listSegments(dir)
-			evs := make([]Event, tc.group)
+			evs := make([]event.Event, tc.group)
 			for i := range evs {
 				evs[i] = enq(tc.size)
 			}
@@ -301,7 +303,7 @@ func TestInterruptedFrontTruncation(t *testing.T) {
 func FuzzScanSegment(f *testing.F) {
 	l, _, _ := Open(f.TempDir(), Options{})
 	for i := range 3 {
-		l.Append([]Event{{Type: Completed, Seq: uint64(i)}, {Type: Released, Seq: 1}}, nil)
+		l.Append([]event.Event{{Type: event.Completed, Seq: uint64(i)}, {Type: event.Released, Seq: 1}}, nil)
 	}
 	l.Close()
 	segs, _ := listSegments(l.Dir())
@@ -320,8 +322,8 @@ func FuzzScanSegment(f *testing.F) {
 		if bad == nil && end != len(data) {
 			t.Fatalf("clean scan stopped at %d of %d", end, len(data))
 		}
-		if bad != nil && bad.off != end {
-			t.Fatalf("bad record at %d, valid prefix ends at %d", bad.off, end)
+		if bad != nil && bad.Offset != int64(end) {
+			t.Fatalf("bad record at %d, valid prefix ends at %d", bad.Offset, end)
 		}
 	})
 }

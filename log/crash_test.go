@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/walbus/walbus/log/event"
 )
 
 const crashDirEnv = "WALBUS_LOG_CRASH_DIR"
@@ -59,9 +61,9 @@ func TestCrashChild(t *testing.T) {
 			for g := 0; ; g++ {
 				size := 1 + rng.IntN(3)
 				id := fmt.Sprintf("%d-%d-%d", os.Getpid(), p, g)
-				evs := make([]Event, size)
+				evs := make([]event.Event, size)
 				for k := range evs {
-					evs[k] = Event{Type: Enqueued, Time: time.Now().UnixNano(),
+					evs[k] = event.Event{Type: event.Enqueued, Time: time.Now().UnixNano(),
 						MessageID: fmt.Sprintf("%s/%d/%d", id, size, k), Message: selfChecking(rng.Uint64())}
 				}
 				done := make(chan error, 1)
@@ -149,7 +151,7 @@ func TestKillNineLosesNothingAcknowledged(t *testing.T) {
 		present := map[uint64]bool{}
 		groups := map[string]int{}
 		sizes := map[string]int{}
-		err = l.Scan(1, func(e *Event) error {
+		err = l.Scan(1, func(e *event.Event) error {
 			if !intact(e.Message) {
 				return fmt.Errorf("index %d: message damaged", e.Index)
 			}

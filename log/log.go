@@ -1,3 +1,10 @@
+// Package log is walbus's durable event log: a segmented write-ahead log
+// on github.com/tidwall/wal that stores the records of package event, with
+// group commit, tail repair, positional reads and archives.
+//
+// Every entity (queue or topic) has one log; entity definitions live in a
+// namespace log of their own. Which goroutine runs Append's callback, and
+// what it may do, is in docs/architecture.md#threading-contract.
 package log
 
 import (
@@ -9,6 +16,8 @@ import (
 	"time"
 
 	"github.com/tidwall/wal"
+
+	"github.com/walbus/walbus/log/event"
 )
 
 // SyncPolicy says when appended records count as durable.
@@ -388,7 +397,7 @@ func (l *Log) Err() error {
 // every record of evs is durable under the sync policy, or with the error
 // that stopped the log; it must not block or call back into the Log. An
 // empty evs makes done a barrier for everything appended before.
-func (l *Log) Append(evs []Event, done func(error)) (uint64, error) {
+func (l *Log) Append(evs []event.Event, done func(error)) (uint64, error) {
 	return l.append(evs, done, true)
 }
 
@@ -401,11 +410,11 @@ func (l *Log) Append(evs []Event, done func(error)) (uint64, error) {
 // durable before anything appended after them, and readable (ReadAt) only
 // once written: callers keep what they may read back until DurableIndex
 // passes it.
-func (l *Log) AppendLazy(evs []Event) (uint64, error) {
+func (l *Log) AppendLazy(evs []event.Event) (uint64, error) {
 	return l.append(evs, nil, false)
 }
 
-func (l *Log) append(evs []Event, done func(error), urgent bool) (uint64, error) {
+func (l *Log) append(evs []event.Event, done func(error), urgent bool) (uint64, error) {
 	l.mu.Lock()
 	for l.err == nil && !l.closed && len(l.pend.buf) > l.opts.MaxPendingBytes {
 		l.space.Wait()
@@ -426,12 +435,12 @@ func (l *Log) append(evs []Event, done func(error), urgent bool) (uint64, error)
 	for i := range evs {
 		e := &evs[i]
 		e.Index = l.next
-		e.Flags &^= FlagContinued
+		e.Flags &^= event.FlagContinued
 		if i < len(evs)-1 {
-			e.Flags |= FlagContinued
+			e.Flags |= event.FlagContinued
 		}
 		start := len(p.buf)
-		p.buf = AppendRecord(p.buf, e)
+		p.buf = event.AppendRecord(p.buf, e)
 		size := len(p.buf) - start
 		p.sizes = append(p.sizes, size)
 		e.Pos = l.place(p, e.Index, size)
@@ -459,14 +468,14 @@ func (l *Log) append(evs []Event, done func(error), urgent bool) (uint64, error)
 // after an entry brings the tail segment to SegmentSize or more, the next
 // entry starts a new segment (and a tail found oversize at open is closed
 // before the first write).
-func (l *Log) place(p *batch, index uint64, size int) Position {
+func (l *Log) place(p *batch, index uint64, size int) event.Position {
 	if l.cycleNext {
 		l.tailFirst, l.tailSize, l.cycleNext = index, 0, false
 		l.segs.add(index)
 		p.cycled = true
 	}
-	prefix := uvarintLen(uint64(size))
-	pos := Position{Offset: uint32(l.tailSize) + uint32(prefix), Size: uint32(size)}
+	prefix := event.UvarintLen(uint64(size))
+	pos := event.Position{Offset: uint32(l.tailSize) + uint32(prefix), Size: uint32(size)}
 	l.tailSize += int64(prefix + size)
 	if l.tailSize >= int64(l.opts.SegmentSize) {
 		l.cycleNext, p.filled = true, true
@@ -645,7 +654,7 @@ func (l *Log) write(wb *wal.Batch, p *batch) (CommitStats, error) {
 	}
 	var prefixes int
 	for _, size := range p.sizes {
-		prefixes += uvarintLen(uint64(size))
+		prefixes += event.UvarintLen(uint64(size))
 	}
 	l.bytes.Add(int64(len(p.buf) + prefixes))
 	if p.cycled {
@@ -913,9 +922,9 @@ func (l *Log) failLocked(err error) {
 // ReadAt reads the record with the given index from its position (as given
 // by Append or a scan), checking its CRC and index. buf is reused when large
 // enough; the event's byte slices alias the returned buffer.
-func (l *Log) ReadAt(index uint64, pos Position, buf []byte) (Event, []byte, error) {
+func (l *Log) ReadAt(index uint64, pos event.Position, buf []byte) (event.Event, []byte, error) {
 	if err := l.readable(index); err != nil {
-		return Event{}, buf, err
+		return event.Event{}, buf, err
 	}
 	return l.segs.readAt(index, pos, buf)
 }
@@ -923,9 +932,9 @@ func (l *Log) ReadAt(index uint64, pos Position, buf []byte) (Event, []byte, err
 // ReadAhead is ReadAt through a reader's window (see Window): records read
 // in log order cost one read of the segment per window. The event owns its
 // bytes.
-func (l *Log) ReadAhead(index uint64, pos Position, w *Window) (Event, error) {
+func (l *Log) ReadAhead(index uint64, pos event.Position, w *Window) (event.Event, error) {
 	if err := l.readable(index); err != nil {
-		return Event{}, err
+		return event.Event{}, err
 	}
 	return l.segs.readAhead(index, pos, w)
 }
@@ -940,7 +949,7 @@ func (l *Log) readable(index uint64) error {
 
 // Scan calls fn with every written record from index from onward, in order.
 // The event (and its byte slices) is only valid during the call.
-func (l *Log) Scan(from uint64, fn func(*Event) error) error {
+func (l *Log) Scan(from uint64, fn func(*event.Event) error) error {
 	if from < l.first.Load() {
 		from = l.first.Load()
 	}
@@ -948,7 +957,7 @@ func (l *Log) Scan(from uint64, fn func(*Event) error) error {
 }
 
 // ScanFrom is Scan, under the name snapshot.Source shares with ReadOnly.
-func (l *Log) ScanFrom(from uint64, fn func(*Event) error) error { return l.Scan(from, fn) }
+func (l *Log) ScanFrom(from uint64, fn func(*event.Event) error) error { return l.Scan(from, fn) }
 
 // TruncateFront drops whole segments whose records all come before upTo, the
 // first index still needed. It returns the new first index. To stay cheap it

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/walbus/walbus/log/event"
 )
 
 func openT(t *testing.T, dir string, opts Options) (*Log, OpenReport) {
@@ -31,12 +33,12 @@ func body(index uint64, size int) []byte {
 	return b
 }
 
-func enq(size int) Event {
-	return Event{Type: Enqueued, Time: 1, MessageID: "m", Message: make([]byte, size)}
+func enq(size int) event.Event {
+	return event.Event{Type: event.Enqueued, Time: 1, MessageID: "m", Message: make([]byte, size)}
 }
 
 // appendWait appends evs as one group and waits until it is durable.
-func appendWait(t *testing.T, l *Log, evs []Event) uint64 {
+func appendWait(t *testing.T, l *Log, evs []event.Event) uint64 {
 	t.Helper()
 	done := make(chan error, 1)
 	first, err := l.Append(evs, func(err error) { done <- err })
@@ -52,13 +54,13 @@ func appendWait(t *testing.T, l *Log, evs []Event) uint64 {
 // fill appends n single-record groups with bodies derived from their index,
 // waits until all are durable, and returns the events (with positions) keyed
 // by index.
-func fill(t *testing.T, l *Log, n int, rng *rand.Rand) map[uint64]Event {
+func fill(t *testing.T, l *Log, n int, rng *rand.Rand) map[uint64]event.Event {
 	t.Helper()
-	out := make(map[uint64]Event, n)
+	out := make(map[uint64]event.Event, n)
 	for range n {
 		e := enq(0)
 		e.Message = body(l.LastIndex()+1, 1+rng.IntN(700))
-		evs := []Event{e}
+		evs := []event.Event{e}
 		if _, err := l.Append(evs, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +70,7 @@ func fill(t *testing.T, l *Log, n int, rng *rand.Rand) map[uint64]Event {
 	return out
 }
 
-func checkAll(t *testing.T, l *Log, want map[uint64]Event) {
+func checkAll(t *testing.T, l *Log, want map[uint64]event.Event) {
 	t.Helper()
 	var buf []byte
 	for idx, w := range want {
@@ -85,10 +87,10 @@ func checkAll(t *testing.T, l *Log, want map[uint64]Event) {
 
 // checkScan scans l whole: it must hold exactly want's records, at the
 // positions Append gave them.
-func checkScan(t *testing.T, l *Log, want map[uint64]Event) {
+func checkScan(t *testing.T, l *Log, want map[uint64]event.Event) {
 	t.Helper()
 	n := 0
-	err := l.Scan(1, func(e *Event) error {
+	err := l.Scan(1, func(e *event.Event) error {
 		if e.Pos != want[e.Index].Pos {
 			return fmt.Errorf("index %d: scan position %+v, append position %+v", e.Index, e.Pos, want[e.Index].Pos)
 		}
@@ -152,7 +154,7 @@ func TestConcurrentGroupCommit(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				evs := []Event{enq(100), enq(50)}
+				evs := []event.Event{enq(100), enq(50)}
 				done := make(chan error, 1)
 				first, err := l.Append(evs, func(err error) { done <- err })
 				if err != nil {
@@ -183,9 +185,9 @@ func TestConcurrentGroupCommit(t *testing.T) {
 		t.Fatalf("%d indexes, last %d", len(seen), l.LastIndex())
 	}
 	// Groups keep their records adjacent with FlagContinued on all but the last.
-	var prev *Event
-	err := l.Scan(1, func(e *Event) error {
-		if prev != nil && prev.Flags&FlagContinued != 0 && e.Flags&FlagContinued != 0 {
+	var prev *event.Event
+	err := l.Scan(1, func(e *event.Event) error {
+		if prev != nil && prev.Flags&event.FlagContinued != 0 && e.Flags&event.FlagContinued != 0 {
 			return fmt.Errorf("group longer than two at %d", e.Index)
 		}
 		c := *e
@@ -211,7 +213,7 @@ func TestSyncPolicies(t *testing.T) {
 					mu.Unlock()
 				}})
 			for range 5 {
-				first := appendWait(t, l, []Event{enq(10)})
+				first := appendWait(t, l, []event.Event{enq(10)})
 				if p != SyncNone && l.DurableIndex() < first {
 					t.Fatalf("acknowledged %d before durable (durable %d)", first, l.DurableIndex())
 				}
@@ -241,7 +243,7 @@ func TestWriteErrorIsSticky(t *testing.T) {
 		t.Run(stage, func(t *testing.T) {
 			dir := t.TempDir()
 			l, _ := openT(t, dir, Options{})
-			appendWait(t, l, []Event{enq(10)})
+			appendWait(t, l, []event.Event{enq(10)})
 			boom := errors.New("injected " + stage + " failure")
 			l.opts.Fault = func(s string) error {
 				if s == stage {
@@ -250,7 +252,7 @@ func TestWriteErrorIsSticky(t *testing.T) {
 				return nil
 			}
 			done := make(chan error, 1)
-			if _, err := l.Append([]Event{enq(10)}, func(err error) { done <- err }); err != nil {
+			if _, err := l.Append([]event.Event{enq(10)}, func(err error) { done <- err }); err != nil {
 				t.Fatal(err)
 			}
 			if err := <-done; !errors.Is(err, boom) || !errors.Is(err, ErrFailed) {
@@ -259,7 +261,7 @@ func TestWriteErrorIsSticky(t *testing.T) {
 			l.opts.Fault = nil
 			// Every later write fails with the same error, even though the
 			// fault is gone.
-			if _, err := l.Append([]Event{enq(10)}, nil); !errors.Is(err, ErrFailed) {
+			if _, err := l.Append([]event.Event{enq(10)}, nil); !errors.Is(err, ErrFailed) {
 				t.Fatalf("append after failure: %v", err)
 			}
 			if err := l.Close(); !errors.Is(err, ErrFailed) {
@@ -271,7 +273,7 @@ func TestWriteErrorIsSticky(t *testing.T) {
 			if rep.LastIndex < 1 {
 				t.Fatalf("lost the acknowledged record: %+v", rep)
 			}
-			appendWait(t, l, []Event{enq(10)})
+			appendWait(t, l, []event.Event{enq(10)})
 		})
 	}
 }
@@ -310,7 +312,7 @@ func TestTruncateFront(t *testing.T) {
 		}
 	}
 	checkAll(t, l, want)
-	if _, _, err := l.ReadAt(first-1, Position{}, nil); err == nil {
+	if _, _, err := l.ReadAt(first-1, event.Position{}, nil); err == nil {
 		t.Fatal("read of a truncated index succeeded")
 	}
 	// Appends, scans and reopening still work.
@@ -325,7 +327,7 @@ func TestTruncateFront(t *testing.T) {
 	}
 	checkAll(t, l, want)
 	n := 0
-	if err := l.Scan(0, func(*Event) error { n++; return nil }); err != nil || n != int(220-first+1) {
+	if err := l.Scan(0, func(*event.Event) error { n++; return nil }); err != nil || n != int(220-first+1) {
 		t.Fatalf("scan after truncation: %d records, %v", n, err)
 	}
 }
@@ -371,7 +373,7 @@ func TestReclaimable(t *testing.T) {
 func TestAppendAfterCloseFails(t *testing.T) {
 	l, _ := openT(t, t.TempDir(), Options{})
 	l.Close()
-	if _, err := l.Append([]Event{enq(1)}, nil); !errors.Is(err, ErrClosed) {
+	if _, err := l.Append([]event.Event{enq(1)}, nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("append after close: %v", err)
 	}
 }
@@ -397,11 +399,11 @@ func TestAppendLazy(t *testing.T) {
 	count := func() int { mu.Lock(); defer mu.Unlock(); return fsyncs }
 
 	// A lazy group then an ordinary one: one commit of both, one fsync.
-	lazy, err := l.AppendLazy([]Event{enq(10)})
+	lazy, err := l.AppendLazy([]event.Event{enq(10)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := appendWait(t, l, []Event{enq(10)})
+	next := appendWait(t, l, []event.Event{enq(10)})
 	if d := l.DurableIndex(); d < next || d < lazy {
 		t.Fatalf("durable %d after the commit of %d (lazy %d)", d, next, lazy)
 	}
@@ -413,7 +415,7 @@ func TestAppendLazy(t *testing.T) {
 	}
 
 	// A lazy group alone: written and synced once, by the timer.
-	lazy, err = l.AppendLazy([]Event{enq(10), enq(20)})
+	lazy, err = l.AppendLazy([]event.Event{enq(10), enq(20)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +435,7 @@ func TestAppendLazy(t *testing.T) {
 	}
 
 	// Close commits lazy records that are still waiting.
-	last, err := l.AppendLazy([]Event{enq(10)})
+	last, err := l.AppendLazy([]event.Event{enq(10)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +454,7 @@ func TestAppendLazyFullBatch(t *testing.T) {
 	var last uint64
 	for written := 0; written < lazyBatchBytes; written += 4096 {
 		var err error
-		if last, err = l.AppendLazy([]Event{enq(4096)}); err != nil {
+		if last, err = l.AppendLazy([]event.Event{enq(4096)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -499,7 +501,7 @@ func TestReadHandlesBounded(t *testing.T) {
 			var w Window
 			for range 3000 {
 				idx := 1 + uint64(rng.IntN(int(l.LastIndex())))
-				var got Event
+				var got event.Event
 				var err error
 				if rng.IntN(2) == 0 {
 					got, buf, err = l.ReadAt(idx, want[idx].Pos, buf)
@@ -528,12 +530,12 @@ func TestReadAhead(t *testing.T) {
 	want := fill(t, l, 1000, rng)
 	big := enq(0)
 	big.Message = body(l.LastIndex()+1, 3*windowSize)
-	bigEvs := []Event{big}
+	bigEvs := []event.Event{big}
 	appendWait(t, l, bigEvs)
 	want[bigEvs[0].Index] = bigEvs[0]
 	maps.Copy(want, fill(t, l, 1000, rng))
 
-	check := func(w *Window, idx uint64) Event {
+	check := func(w *Window, idx uint64) event.Event {
 		t.Helper()
 		got, err := l.ReadAhead(idx, want[idx].Pos, w)
 		if err != nil {
@@ -584,7 +586,7 @@ func TestCommitForgetsCallbacks(t *testing.T) {
 				freed.Add(1)
 				runtime.AddCleanup(captured, func(*sync.WaitGroup) { freed.Done() }, &freed)
 				done := make(chan error, 1)
-				if _, err := l.Append([]Event{enq(10)}, func(err error) { _ = captured[0]; done <- err }); err != nil {
+				if _, err := l.Append([]event.Event{enq(10)}, func(err error) { _ = captured[0]; done <- err }); err != nil {
 					t.Fatal(err)
 				}
 				if err := <-done; err != nil {
@@ -622,9 +624,9 @@ func TestOnFailReportsAWriteFailure(t *testing.T) {
 			return nil
 		},
 		OnFail: func(err error) { failures <- err }})
-	appendWait(t, l, []Event{enq(10)})
+	appendWait(t, l, []event.Event{enq(10)})
 	fail.Store(true)
-	if _, err := l.AppendLazy([]Event{enq(10)}); err != nil {
+	if _, err := l.AppendLazy([]event.Event{enq(10)}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -635,7 +637,7 @@ func TestOnFailReportsAWriteFailure(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a failed write was never reported to OnFail")
 	}
-	if _, err := l.Append([]Event{enq(10)}, nil); !errors.Is(err, ErrFailed) {
+	if _, err := l.Append([]event.Event{enq(10)}, nil); !errors.Is(err, ErrFailed) {
 		t.Fatalf("append after the failure: %v", err)
 	}
 	l.Close() // the writer has exited: nothing can report again
@@ -675,7 +677,7 @@ func TestHeldWaitersAnsweredWhenTheLogFailsElsewhere(t *testing.T) {
 	}
 	// A: written, held until the timer's fsync (an hour away).
 	doneA := make(chan error, 1)
-	if _, err := l.Append([]Event{enq(10)}, func(err error) { doneA <- err }); err != nil {
+	if _, err := l.Append([]event.Event{enq(10)}, func(err error) { doneA <- err }); err != nil {
 		t.Fatal(err)
 	}
 	waitWritten()
@@ -690,11 +692,11 @@ func TestHeldWaitersAnsweredWhenTheLogFailsElsewhere(t *testing.T) {
 	}
 	fault.Store(&hold)
 	doneB, doneC := make(chan error, 1), make(chan error, 1)
-	if _, err := l.Append([]Event{enq(10)}, func(err error) { doneB <- err }); err != nil {
+	if _, err := l.Append([]event.Event{enq(10)}, func(err error) { doneB <- err }); err != nil {
 		t.Fatal(err)
 	}
 	<-inWrite
-	if _, err := l.Append([]Event{enq(10)}, func(err error) { doneC <- err }); err != nil {
+	if _, err := l.Append([]event.Event{enq(10)}, func(err error) { doneC <- err }); err != nil {
 		t.Fatal(err)
 	}
 	// The log fails on this goroutine.

@@ -1,8 +1,9 @@
 package log
 
 import (
-	"fmt"
 	"os"
+
+	"github.com/walbus/walbus/log/event"
 )
 
 // ReadOnly is a log opened for offline tools: it never repairs, truncates
@@ -20,28 +21,9 @@ type SegmentInfo struct {
 
 // RecordInfo is one valid record found by WalkSegment.
 type RecordInfo struct {
-	Event  Event // byte slices alias the segment's buffer, valid during the callback
-	Offset int64 // of the entry (its length prefix) in the segment
-	Size   int   // of the whole entry
-}
-
-// SegmentProblem is the first damage in a segment.
-type SegmentProblem struct {
-	Offset int64
-	Index  uint64 // the index the bad record should have had
-	Reason string
-	// Followed is true when a valid record comes right after the damage:
-	// corruption, not a torn write. A torn tail in the last segment is what
-	// Open repairs.
-	Followed bool
-}
-
-func (p *SegmentProblem) Error() string {
-	kind := "torn or damaged tail"
-	if p.Followed {
-		kind = "corruption"
-	}
-	return fmt.Sprintf("offset %d (index %d): %s: %s", p.Offset, p.Index, kind, p.Reason)
+	Event  event.Event // byte slices alias the segment's buffer, valid during the callback
+	Offset int64       // of the entry (its length prefix) in the segment
+	Size   int         // of the whole entry
 }
 
 // OpenReadOnly opens the log in dir for reading only.
@@ -69,8 +51,9 @@ func (r *ReadOnly) Segments() []SegmentInfo {
 // WalkSegment reads every record of the segment starting at first, checking
 // each envelope and that indexes follow from first, and calls fn for each
 // valid one. It stops at the first damage and returns it, or an error from
-// reading the file or from fn.
-func (r *ReadOnly) WalkSegment(first uint64, fn func(RecordInfo) error) (*SegmentProblem, error) {
+// reading the file or from fn. The damage's Tail is set when the segment is
+// the last and nothing valid follows the damage: what Open would cut away.
+func (r *ReadOnly) WalkSegment(first uint64, fn func(RecordInfo) error) (*Damage, error) {
 	data, err := os.ReadFile(r.set.path(first))
 	if err != nil {
 		return nil, err
@@ -78,8 +61,8 @@ func (r *ReadOnly) WalkSegment(first uint64, fn func(RecordInfo) error) (*Segmen
 	recs, bad := scanRecords(data, first)
 	for _, rec := range recs {
 		body, _, _ := entryAt(data, rec.off)
-		e, _ := DecodeRecord(body)
-		e.Pos = Position{Offset: uint32(rec.end - len(body)), Size: uint32(len(body))}
+		e, _ := event.DecodeRecord(body)
+		e.Pos = event.Position{Offset: uint32(rec.end - len(body)), Size: uint32(len(body))}
 		if err := fn(RecordInfo{Event: e, Offset: int64(rec.off), Size: rec.end - rec.off}); err != nil {
 			return nil, err
 		}
@@ -87,13 +70,15 @@ func (r *ReadOnly) WalkSegment(first uint64, fn func(RecordInfo) error) (*Segmen
 	if bad == nil {
 		return nil, nil
 	}
-	return &SegmentProblem{Offset: int64(bad.off), Index: bad.index, Reason: bad.reason, Followed: bad.followed}, nil
+	segs := r.set.list()
+	bad.Tail = !bad.Followed && len(segs) > 0 && segs[len(segs)-1] == first
+	return bad, nil
 }
 
 // Scan calls fn for every record with from <= index <= to (to 0: to the
 // end), in order, across segments. Damage anywhere, including a torn tail,
-// is a *CorruptionError.
-func (r *ReadOnly) Scan(from, to uint64, fn func(*Event) error) error {
+// is a *Damage.
+func (r *ReadOnly) Scan(from, to uint64, fn func(*event.Event) error) error {
 	if to == 0 {
 		to = ^uint64(0)
 	}
@@ -101,7 +86,7 @@ func (r *ReadOnly) Scan(from, to uint64, fn func(*Event) error) error {
 }
 
 // ReadAt reads the record at index from its position, checking it.
-func (r *ReadOnly) ReadAt(index uint64, pos Position) (Event, error) {
+func (r *ReadOnly) ReadAt(index uint64, pos event.Position) (event.Event, error) {
 	e, _, err := r.set.readAt(index, pos, nil)
 	return e, err
 }
@@ -131,7 +116,9 @@ func (r *ReadOnly) LastIndex() uint64 {
 }
 
 // ScanFrom scans from index to the end: ReadOnly as a snapshot.Source.
-func (r *ReadOnly) ScanFrom(from uint64, fn func(*Event) error) error { return r.Scan(from, 0, fn) }
+func (r *ReadOnly) ScanFrom(from uint64, fn func(*event.Event) error) error {
+	return r.Scan(from, 0, fn)
+}
 
 // Close releases the file handles.
 func (r *ReadOnly) Close() { r.set.close() }

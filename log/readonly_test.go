@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"testing"
+
+	"github.com/walbus/walbus/log/event"
 )
 
 // The read-only view reports damage without repairing it.
@@ -38,14 +40,14 @@ func TestReadOnlyReportsWithoutRepairing(t *testing.T) {
 		if i < len(segs)-1 && prob != nil {
 			t.Fatalf("segment %d: %v", s.First, prob)
 		}
-		if i == len(segs)-1 && (prob == nil || prob.Followed || prob.Index != 30) {
+		if i == len(segs)-1 && (prob == nil || prob.Followed || !prob.Tail || prob.Index != 30) {
 			t.Fatalf("torn tail not reported: %v", prob)
 		}
 	}
 	if n != 29 {
 		t.Fatalf("walked %d valid records, want 29", n)
 	}
-	if err := r.Scan(1, 0, func(*Event) error { return nil }); !errors.Is(err, ErrCorrupt) {
+	if err := r.Scan(1, 0, func(*event.Event) error { return nil }); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("scan over a torn tail: %v", err)
 	}
 	if after, _ := os.ReadFile(last); string(after) != string(before) {

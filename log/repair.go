@@ -3,6 +3,8 @@ package log
 import (
 	"fmt"
 	"os"
+
+	"github.com/walbus/walbus/log/event"
 )
 
 // TailRepair says what Open removed from the end of a log.
@@ -32,7 +34,7 @@ func (r TailRepair) String() string {
 // All of that was never acknowledged under SyncAlways, and is cut away.
 //
 // Damage followed by valid records is not a torn write: it is corruption, and
-// repairTail returns a *CorruptionError unless force is set, in which case it
+// repairTail returns a *Damage unless force is set, in which case it
 // cuts there too.
 func repairTail(dir string, segs []uint64, force bool) (TailRepair, []uint64, error) {
 	var rep TailRepair
@@ -47,14 +49,15 @@ func repairTail(dir string, segs []uint64, force bool) (TailRepair, []uint64, er
 	recs, bad := scanRecords(data, segs[last])
 	cut := len(data)
 	if bad != nil {
-		if bad.followed && !force {
-			return rep, segs, &CorruptionError{Dir: dir, Segment: segs[last], Offset: int64(bad.off), Index: bad.index,
-				Reason: bad.reason + " (valid records follow it)"}
+		if bad.Followed && !force {
+			bad.Dir = dir
+			bad.Reason += " (valid records follow it)"
+			return rep, segs, bad
 		}
-		cut = bad.off
-		rep.FromIndex = bad.index
+		cut = int(bad.Offset)
+		rep.FromIndex = bad.Index
 		rep.Torn = true
-		rep.Reason = bad.reason
+		rep.Reason = bad.Reason
 	}
 	rep.Bytes += int64(len(data) - cut)
 
@@ -63,13 +66,13 @@ func repairTail(dir string, segs []uint64, force bool) (TailRepair, []uint64, er
 	i := last
 	for {
 		n := len(recs)
-		dangling := n > 0 && recs[n-1].flags&FlagContinued != 0 || n == 0 && prevContinues(dir, segs, i)
+		dangling := n > 0 && recs[n-1].flags&event.FlagContinued != 0 || n == 0 && prevContinues(dir, segs, i)
 		if !dangling {
 			break
 		}
 		rep.Reason = "unfinished atomic group"
 		k := n
-		for k > 0 && recs[k-1].flags&FlagContinued != 0 {
+		for k > 0 && recs[k-1].flags&event.FlagContinued != 0 {
 			k--
 		}
 		if k > 0 || i == 0 || !prevContinues(dir, segs, i) {
@@ -95,10 +98,11 @@ func repairTail(dir string, segs []uint64, force bool) (TailRepair, []uint64, er
 		if err != nil {
 			return rep, segs, err
 		}
-		var pbad *badRecord
+		var pbad *Damage
 		recs, pbad = scanRecords(prev, segs[i])
 		if pbad != nil {
-			return rep, segs, &CorruptionError{Dir: dir, Segment: segs[i], Offset: int64(pbad.off), Index: pbad.index, Reason: pbad.reason}
+			pbad.Dir, pbad.Followed = dir, false
+			return rep, segs, pbad
 		}
 		cut = len(prev)
 	}
@@ -131,7 +135,7 @@ func prevContinues(dir string, segs []uint64, i int) bool {
 		return false
 	}
 	recs, _ := scanRecords(data, segs[i-1])
-	return len(recs) > 0 && recs[len(recs)-1].flags&FlagContinued != 0
+	return len(recs) > 0 && recs[len(recs)-1].flags&event.FlagContinued != 0
 }
 
 func truncateFile(path string, size int64) error {

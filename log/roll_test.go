@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/walbus/walbus/log/event"
 )
 
 // waitSegments waits until l has n segments (a roll is done once the log
@@ -78,7 +80,7 @@ func TestIdleRollFreesTheTail(t *testing.T) {
 	const size = 32 << 20
 	l, _ := openT(t, t.TempDir(), Options{SegmentSize: 256 << 20, IdleRoll: 50 * time.Millisecond})
 	defer l.Close()
-	evs := make([]Event, 32)
+	evs := make([]event.Event, 32)
 	for i := range evs {
 		evs[i] = enq(size / len(evs))
 	}
@@ -107,7 +109,7 @@ func TestFilledSegmentLeavesNoCache(t *testing.T) {
 	l, _ := openT(t, t.TempDir(), Options{SegmentSize: size, IdleRoll: time.Hour})
 	defer l.Close()
 	for range 2 * size >> 20 {
-		appendWait(t, l, []Event{enq(1 << 20)})
+		appendWait(t, l, []event.Event{enq(1 << 20)})
 	}
 	if segs, _ := listSegments(l.Dir()); len(segs) != 3 {
 		t.Fatalf("segments %v: want two full ones and an empty tail", segs)
@@ -201,7 +203,7 @@ func TestIdleRollWithTruncation(t *testing.T) {
 	opts := Options{SegmentSize: 8 << 10, IdleRoll: time.Millisecond, IdleRollBytes: 512}
 	l, _ := openT(t, dir, opts)
 	rng := rand.New(rand.NewPCG(9, 10))
-	want := map[uint64]Event{}
+	want := map[uint64]event.Event{}
 	stop := make(chan struct{})
 	truncated := make(chan error, 1)
 	go func() {
@@ -230,11 +232,11 @@ func TestIdleRollWithTruncation(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := l.FirstIndex()
-	maps.DeleteFunc(want, func(idx uint64, _ Event) bool { return idx <= first })
+	maps.DeleteFunc(want, func(idx uint64, _ event.Event) bool { return idx <= first })
 	l = reopenChecked(t, l, dir, opts, want)
 	defer l.Close()
 	n := 0
-	if err := l.Scan(0, func(*Event) error { n++; return nil }); err != nil || n != int(l.LastIndex()-first+1) {
+	if err := l.Scan(0, func(*event.Event) error { n++; return nil }); err != nil || n != int(l.LastIndex()-first+1) {
 		t.Fatalf("scan: %d records, %v", n, err)
 	}
 }
@@ -295,7 +297,7 @@ func TestNewSegmentDirectoryUnsynced(t *testing.T) {
 		e := enq(0)
 		e.Message = body(l.LastIndex()+1, 200)
 		done := make(chan error, 1)
-		first, err := l.Append([]Event{e}, func(err error) { done <- err })
+		first, err := l.Append([]event.Event{e}, func(err error) { done <- err })
 		if err != nil {
 			t.Fatalf("append %d: %v", i, err)
 		}
@@ -402,7 +404,7 @@ func TestSleepWakeUnderTruncation(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	var (
 		mu   sync.Mutex
-		want = map[uint64]Event{}
+		want = map[uint64]event.Event{}
 	)
 	stop := make(chan struct{})
 	cutter := make(chan error, 1)
@@ -457,7 +459,7 @@ func TestSleepWakeUnderTruncation(t *testing.T) {
 // reopenChecked checks want against l, closes it, opens dir again and
 // checks that the log spans the same indexes and holds want; it returns
 // the reopened log.
-func reopenChecked(t *testing.T, l *Log, dir string, opts Options, want map[uint64]Event) *Log {
+func reopenChecked(t *testing.T, l *Log, dir string, opts Options, want map[uint64]event.Event) *Log {
 	t.Helper()
 	checkAll(t, l, want)
 	first, last := l.FirstIndex(), l.LastIndex()
@@ -495,7 +497,7 @@ func TestWakeFailure(t *testing.T) {
 	}
 	broken.Store(true)
 	done := make(chan error, 1)
-	if _, err := l.Append([]Event{enq(0)}, func(err error) { done <- err }); err != nil {
+	if _, err := l.Append([]event.Event{enq(0)}, func(err error) { done <- err }); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err == nil {

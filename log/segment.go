@@ -11,10 +11,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/walbus/walbus/log/event"
 )
 
 // Segment files are tidwall/wal's binary format: each entry is a uvarint
@@ -26,26 +29,49 @@ const segmentNameLen = 20
 // SegmentName is the file name of the segment whose first index is first.
 func SegmentName(first uint64) string { return fmt.Sprintf("%020d", first) }
 
-// CorruptionError reports damage before the tail of a log: a record that
-// fails its checks and is followed by valid data, a gap between segments, or
-// an unreadable segment. A torn tail is not corruption: Open repairs it.
-type CorruptionError struct {
-	Dir     string
-	Segment uint64 // first index of the damaged segment
-	Offset  int64  // byte offset of the damage in that segment, -1 if unknown
-	Index   uint64 // index the damaged record should have had, 0 if unknown
+// Damage is one damaged place in a log: a record that fails its checks, a
+// gap between segments, or an unreadable segment or archive. The server's
+// Open returns it for damage before the tail; the offline tools return it
+// wherever a read had to stop.
+type Damage struct {
+	Dir     string // the log's directory or the archive's path; "" when the reader names the log itself
+	Segment uint64 // first index of the segment, 0 when not about one segment
+	Offset  int64  // byte offset of the damage, -1 when not about one place
+	Index   uint64 // the index the damaged record should have had, 0 if unknown
 	Reason  string
+	// Followed: a valid record with the next index comes right after the
+	// damage, so it is in the middle of written data and cannot be a torn
+	// write.
+	Followed bool
+	// Tail: the damage is in the last segment and nothing valid follows: a
+	// torn tail, which Open cuts away. A Damage with Tail set is not
+	// corruption.
+	Tail bool
 }
 
-func (e *CorruptionError) Error() string {
-	return fmt.Sprintf("log %s: segment %s offset %d (index %d): corrupt: %s",
-		e.Dir, SegmentName(e.Segment), e.Offset, e.Index, e.Reason)
+func (d *Damage) Error() string {
+	var b strings.Builder
+	if d.Dir != "" {
+		fmt.Fprintf(&b, "log %s: ", d.Dir)
+	}
+	if d.Segment != 0 {
+		fmt.Fprintf(&b, "segment %s ", SegmentName(d.Segment))
+	}
+	if d.Offset >= 0 {
+		fmt.Fprintf(&b, "offset %d ", d.Offset)
+	}
+	kind := "corrupt"
+	if d.Tail {
+		kind = "torn tail"
+	}
+	fmt.Fprintf(&b, "(index %d): %s: %s", d.Index, kind, d.Reason)
+	return b.String()
 }
 
-// ErrCorrupt matches every *CorruptionError with errors.Is.
+// ErrCorrupt matches, with errors.Is, every *Damage that is not a torn tail.
 var ErrCorrupt = errors.New("log corrupt")
 
-func (e *CorruptionError) Is(target error) bool { return target == ErrCorrupt }
+func (d *Damage) Is(target error) bool { return target == ErrCorrupt && !d.Tail }
 
 // listSegments returns the first indexes of the segment files in dir, sorted.
 // Names that are not exactly 20 digits (tidwall's START/END/TEMP files, our
@@ -96,27 +122,17 @@ type recordInfo struct {
 	flags uint8
 }
 
-// badRecord describes the first entry of a segment that failed its checks.
-type badRecord struct {
-	off    int
-	index  uint64 // the index it should have had
-	reason string
-	// followed is true when a valid record with the next index starts right
-	// after the bad entry: the damage is in the middle of written data, so it
-	// cannot be a torn write.
-	followed bool
-}
-
 // scanRecords walks the entries of one segment whose first index is first and
-// returns the valid prefix, and the first bad entry if any.
-func scanRecords(data []byte, first uint64) ([]recordInfo, *badRecord) {
+// returns the valid prefix, and the first bad entry if any (Segment, Offset,
+// Index, Reason and Followed set).
+func scanRecords(data []byte, first uint64) ([]recordInfo, *Damage) {
 	var recs []recordInfo
 	off := 0
 	want := first
 	for off < len(data) {
 		body, n, reason := entryAt(data, off)
 		if reason == "" {
-			e, err := DecodeRecord(body)
+			e, err := event.DecodeRecord(body)
 			switch {
 			case err != nil:
 				reason = err.Error()
@@ -129,9 +145,8 @@ func scanRecords(data []byte, first uint64) ([]recordInfo, *badRecord) {
 				continue
 			}
 		}
-		bad := &badRecord{off: off, index: want, reason: reason}
-		bad.followed = nextRecordAfter(data, off, n, want+1)
-		return recs, bad
+		return recs, &Damage{Segment: first, Offset: int64(off), Index: want, Reason: reason,
+			Followed: nextRecordAfter(data, off, n, want+1)}
 	}
 	return recs, nil
 }
@@ -147,17 +162,17 @@ func scanRecords(data []byte, first uint64) ([]recordInfo, *badRecord) {
 func nextRecordAfter(data []byte, off, n int, next uint64) bool {
 	if n > 0 && off+n < len(data) {
 		if body, _, r := entryAt(data, off+n); r == "" {
-			if e, err := DecodeRecord(body); err == nil && e.Index == next {
+			if e, err := event.DecodeRecord(body); err == nil && e.Index == next {
 				return true
 			}
 		}
 	}
 	for p := off + 1; p < len(data); p++ {
 		body, _, r := entryAt(data, p)
-		if r != "" || body[0] != FormatVersion || binary.BigEndian.Uint64(body[3:11]) != next {
+		if r != "" || body[0] != event.FormatVersion || binary.BigEndian.Uint64(body[3:11]) != next {
 			continue
 		}
-		if e, err := DecodeRecord(body); err == nil && e.Index == next {
+		if e, err := event.DecodeRecord(body); err == nil && e.Index == next {
 			return true
 		}
 	}
@@ -172,7 +187,7 @@ func entryAt(data []byte, off int) (body []byte, n int, reason string) {
 	if k <= 0 {
 		return nil, 0, "unreadable length prefix"
 	}
-	if size < MinRecordSize {
+	if size < event.MinRecordSize {
 		return nil, 0, fmt.Sprintf("entry of %d bytes is shorter than an envelope", size)
 	}
 	if size > uint64(len(data)-off-k) {
@@ -353,10 +368,10 @@ func (s *segmentSet) pread(first uint64, p []byte, off int64) (int, error) {
 
 // readAt reads and checks the record with the given index at pos. buf is
 // reused when large enough; the event's byte slices alias the returned buffer.
-func (s *segmentSet) readAt(index uint64, pos Position, buf []byte) (Event, []byte, error) {
+func (s *segmentSet) readAt(index uint64, pos event.Position, buf []byte) (event.Event, []byte, error) {
 	first, ok := s.find(index)
 	if !ok {
-		return Event{}, buf, fmt.Errorf("read index %d: before the first segment", index)
+		return event.Event{}, buf, fmt.Errorf("read index %d: before the first segment", index)
 	}
 	if cap(buf) < int(pos.Size) {
 		buf = make([]byte, pos.Size)
@@ -366,20 +381,20 @@ func (s *segmentSet) readAt(index uint64, pos Position, buf []byte) (Event, []by
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return Event{}, buf, fmt.Errorf("read index %d at %s+%d: %w", index, SegmentName(first), pos.Offset, err)
+		return event.Event{}, buf, fmt.Errorf("read index %d at %s+%d: %w", index, SegmentName(first), pos.Offset, err)
 	}
 	e, err := s.decodeAt(first, index, pos, buf)
 	return e, buf, err
 }
 
 // decodeAt decodes rec, read at pos of segment first, as the record index.
-func (s *segmentSet) decodeAt(first, index uint64, pos Position, rec []byte) (Event, error) {
-	e, err := DecodeRecord(rec)
+func (s *segmentSet) decodeAt(first, index uint64, pos event.Position, rec []byte) (event.Event, error) {
+	e, err := event.DecodeRecord(rec)
 	if err == nil && e.Index != index {
 		err = fmt.Errorf("record holds index %d", e.Index)
 	}
 	if err != nil {
-		return Event{}, &CorruptionError{Dir: s.dir, Segment: first, Offset: int64(pos.Offset), Index: index, Reason: err.Error()}
+		return event.Event{}, &Damage{Dir: s.dir, Segment: first, Offset: int64(pos.Offset), Index: index, Reason: err.Error()}
 	}
 	e.Pos = pos
 	return e, nil
@@ -403,10 +418,10 @@ const windowSize = 64 << 10
 // starts at or after the end of the one read before) reads a window from
 // the record on, kept for the next records; a jump, or a record larger than
 // a window, is read alone. The event owns its bytes either way.
-func (s *segmentSet) readAhead(index uint64, pos Position, w *Window) (Event, error) {
+func (s *segmentSet) readAhead(index uint64, pos event.Position, w *Window) (event.Event, error) {
 	first, ok := s.find(index)
 	if !ok {
-		return Event{}, fmt.Errorf("read index %d: before the first segment", index)
+		return event.Event{}, fmt.Errorf("read index %d: before the first segment", index)
 	}
 	start, end := int64(pos.Offset), int64(pos.Offset)+int64(pos.Size)
 	forward := w.seg == first && start >= w.end
@@ -430,7 +445,7 @@ func (s *segmentSet) readAhead(index uint64, pos Position, w *Window) (Event, er
 				err = io.ErrUnexpectedEOF
 			}
 			w.seg, w.data = 0, w.data[:0]
-			return Event{}, fmt.Errorf("read index %d at %s+%d: %w", index, SegmentName(first), pos.Offset, err)
+			return event.Event{}, fmt.Errorf("read index %d at %s+%d: %w", index, SegmentName(first), pos.Offset, err)
 		}
 		if forward {
 			// A window may end inside a record still being written; only
@@ -448,7 +463,7 @@ func (s *segmentSet) readAhead(index uint64, pos Position, w *Window) (Event, er
 // scan calls fn for every record with from <= index <= to, in order, reading
 // whole segments. It checks every envelope and that indexes are contiguous
 // across segments.
-func (s *segmentSet) scan(from, to uint64, fn func(*Event) error) error {
+func (s *segmentSet) scan(from, to uint64, fn func(*event.Event) error) error {
 	segs := s.list()
 	if len(segs) == 0 || from > to {
 		return nil
@@ -460,7 +475,7 @@ func (s *segmentSet) scan(from, to uint64, fn func(*Event) error) error {
 	want := segs[start]
 	for i := start; i < len(segs) && want <= to; i++ {
 		if segs[i] != want {
-			return &CorruptionError{Dir: s.dir, Segment: segs[i], Offset: -1, Index: want,
+			return &Damage{Dir: s.dir, Segment: segs[i], Offset: -1, Index: want,
 				Reason: fmt.Sprintf("segment starts at index %d; the previous one ended at %d", segs[i], want-1)}
 		}
 		data, err := os.ReadFile(s.path(segs[i]))
@@ -470,9 +485,9 @@ func (s *segmentSet) scan(from, to uint64, fn func(*Event) error) error {
 		off := 0
 		for off < len(data) && want <= to {
 			body, n, reason := entryAt(data, off)
-			var e Event
+			var e event.Event
 			if reason == "" {
-				e, err = DecodeRecord(body)
+				e, err = event.DecodeRecord(body)
 				if err != nil {
 					reason = err.Error()
 				} else if e.Index != want {
@@ -480,10 +495,10 @@ func (s *segmentSet) scan(from, to uint64, fn func(*Event) error) error {
 				}
 			}
 			if reason != "" {
-				return &CorruptionError{Dir: s.dir, Segment: segs[i], Offset: int64(off), Index: want, Reason: reason}
+				return &Damage{Dir: s.dir, Segment: segs[i], Offset: int64(off), Index: want, Reason: reason}
 			}
 			if want >= from {
-				e.Pos = Position{Offset: uint32(off + n - len(body)), Size: uint32(len(body))}
+				e.Pos = event.Position{Offset: uint32(off + n - len(body)), Size: uint32(len(body))}
 				if err := fn(&e); err != nil {
 					return err
 				}

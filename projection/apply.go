@@ -7,24 +7,24 @@ import (
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
 
 	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // Apply changes the state by one event, which must come right after the
 // last applied one (its Index and Pos set by the log). It returns an error for
 // an event that does not fit the state (a damaged or foreign log); the state
 // is then unchanged apart from the event being counted as applied.
-func (e *Entity) Apply(ev *log.Event) error {
+func (e *Entity) Apply(ev *event.Event) error {
 	if ev.Index <= e.last {
 		return fmt.Errorf("event %d (%s) applied after %d", ev.Index, ev.Type, e.last)
 	}
 	e.last, e.lastTime = ev.Index, ev.Time
 	switch ev.Type {
-	case log.EntityCreated, log.EntityUpdated:
+	case event.EntityCreated, event.EntityUpdated:
 		return e.applyConfig(ev)
-	case log.Checkpoint:
+	case event.Checkpoint:
 		return nil
-	case log.Remembered:
+	case event.Remembered:
 		e.rememberVia(ev)
 		return nil
 	}
@@ -37,32 +37,32 @@ func (e *Entity) Apply(ev *log.Event) error {
 	return err
 }
 
-func (e *Entity) applyConfig(ev *log.Event) error {
+func (e *Entity) applyConfig(ev *event.Event) error {
 	cfg, err := DecodeConfig(ev.Props)
 	if err != nil {
 		return fmt.Errorf("event %d: %w", ev.Index, err)
 	}
 	if !e.created && cfg.RequiresSession {
-		e.queues[log.MainQueue].sessions = index.NewSessions()
+		e.queues[event.MainQueue].sessions = index.NewSessions()
 	}
 	e.name, e.cfg, e.created = ev.Name, cfg, true
 	return nil
 }
 
-func (e *Entity) applyQueue(q *Queue, ev *log.Event) error {
+func (e *Entity) applyQueue(q *Queue, ev *event.Event) error {
 	switch ev.Type {
-	case log.Enqueued:
+	case event.Enqueued:
 		e.enqueue(q, ev.Index, ev.Pos, ev.SessionID, ev.Until)
 		e.remember(ev.MessageID, ev.Time)
 		return nil
-	case log.Forwarded:
+	case event.Forwarded:
 		e.enqueue(q, ev.Index, ev.Pos, ev.SessionID, ev.Until)
 		// The record is also the message's first overlay: how it was
 		// dead-lettered where it came from.
 		q.overlays[ev.Index] = []Ref{{Index: ev.Index, Pos: ev.Pos}}
 		e.forwarded[ev.Source] = ev.Seq
 		return nil
-	case log.Restored:
+	case event.Restored:
 		e.enqueue(q, ev.Index, ev.Pos, ev.SessionID, ev.Until)
 		if ev.Deliveries > 0 {
 			m, _ := q.msgs.Get(ev.Index)
@@ -73,12 +73,12 @@ func (e *Entity) applyQueue(q *Queue, ev *log.Event) error {
 			q.overlays[ev.Index] = []Ref{{Index: ev.Index, Pos: ev.Pos}}
 		}
 		return nil
-	case log.Scheduled:
+	case event.Scheduled:
 		q.add(ev.Index, index.Meta{Pos: ev.Pos, State: index.Scheduled}, ev.SessionID)
 		q.scheduleTimers.Push(ev.Until, ev.Index)
 		e.remember(ev.MessageID, ev.Time)
 		return nil
-	case log.SessionLocked, log.SessionLockRenewed, log.SessionUnlocked, log.SessionStateSet:
+	case event.SessionLocked, event.SessionLockRenewed, event.SessionUnlocked, event.SessionStateSet:
 		return q.applySession(ev)
 	}
 
@@ -87,17 +87,17 @@ func (e *Entity) applyQueue(q *Queue, ev *log.Event) error {
 		return fmt.Errorf("event %d (%s): no message %d in queue %d", ev.Index, ev.Type, ev.Seq, q.No)
 	}
 	switch ev.Type {
-	case log.ScheduleCancelled, log.Deleted:
+	case event.ScheduleCancelled, event.Deleted:
 		q.remove(ev.Seq, m)
-	case log.Activated:
+	case event.Activated:
 		q.remove(ev.Seq, m)
 		e.enqueue(q, ev.Index, ev.Pos, ev.SessionID, ev.Until)
-	case log.Locked:
+	case event.Locked:
 		q.setState(ev.Seq, &m, index.Locked)
 		q.locks.Put(ev.Seq, index.Lock{Token: ev.Token, Until: ev.Until, Receiver: ev.Receiver})
 		q.lockTimers.Push(ev.Until, ev.Seq)
 		q.msgs.Put(ev.Seq, m)
-	case log.LockRenewed:
+	case event.LockRenewed:
 		lk, ok := q.locks.Get(ev.Seq)
 		if !ok {
 			return fmt.Errorf("event %d: renewal of unlocked message %d", ev.Index, ev.Seq)
@@ -105,19 +105,19 @@ func (e *Entity) applyQueue(q *Queue, ev *log.Event) error {
 		lk.Until = ev.Until
 		q.locks.Put(ev.Seq, lk)
 		q.lockTimers.Push(ev.Until, ev.Seq)
-	case log.LockExpired, log.Abandoned:
+	case event.LockExpired, event.Abandoned:
 		m.AddDelivery()
 		q.unlock(ev.Seq, &m, ev)
-	case log.Released:
+	case event.Released:
 		q.unlock(ev.Seq, &m, ev)
-	case log.Deferred:
+	case event.Deferred:
 		m.Flags |= index.FlagDeferred
 		q.unlock(ev.Seq, &m, ev)
-	case log.Completed, log.Expired, log.ReceivedAndDeleted:
+	case event.Completed, event.Expired, event.ReceivedAndDeleted:
 		q.remove(ev.Seq, m)
-	case log.DeadLettered:
+	case event.DeadLettered:
 		e.deadLetter(q, ev, m)
-	case log.TransferDeadLettered:
+	case event.TransferDeadLettered:
 		return e.transferDeadLetter(q, ev, m)
 	default:
 		return fmt.Errorf("event %d: type %s does not belong in an entity log", ev.Index, ev.Type)
@@ -128,12 +128,12 @@ func (e *Entity) applyQueue(q *Queue, ev *log.Event) error {
 // restoredOverlay reports whether a Restored record is also its message's
 // overlay: when it changes something, and always in a dead-letter queue
 // (where it stands for the dead-lettering, reason and all).
-func restoredOverlay(q *Queue, ev *log.Event) bool {
+func restoredOverlay(q *Queue, ev *event.Event) bool {
 	return isDeadLetterQueue(q.No) || ev.Name != "" || ev.Reason != "" || ev.Description != "" || len(ev.Props) > 0
 }
 
 // enqueue adds an available message, with its expiry timer.
-func (e *Entity) enqueue(q *Queue, seq uint64, pos log.Position, session string, expires int64) {
+func (e *Entity) enqueue(q *Queue, seq uint64, pos event.Position, session string, expires int64) {
 	q.add(seq, index.Meta{Pos: pos, State: index.Available}, session)
 	if expires > 0 {
 		q.ttlTimers.Push(expires, seq)
@@ -154,7 +154,7 @@ func (e *Entity) remember(id string, at int64) {
 
 // rememberVia adds a MessageId that an entity forwarding here accepted to
 // that entity's window (until ev.Until), forgetting the ones that fell out.
-func (e *Entity) rememberVia(ev *log.Event) {
+func (e *Entity) rememberVia(ev *event.Event) {
 	key := viaKey(ev.Name)
 	d := e.via[key]
 	if d == nil {
@@ -178,7 +178,7 @@ func viaKey(name string) string { return strings.ToLower(name) }
 
 // deadLetter moves a message to its queue's dead-letter subqueue, keeping its
 // SequenceNumber and delivery count; the event itself carries the reason.
-func (e *Entity) deadLetter(q *Queue, ev *log.Event, m index.Meta) {
+func (e *Entity) deadLetter(q *Queue, ev *event.Event, m index.Meta) {
 	overlays := q.overlays[ev.Seq]
 	q.remove(ev.Seq, m)
 	dlq := e.queues[deadLetterQueueOf(q.No)]
@@ -241,7 +241,7 @@ func (q *Queue) setState(seq uint64, m *index.Meta, to index.State) {
 
 // unlock ends a message's lock: it becomes available again, or deferred again
 // if it was deferred; an event with properties records them as an overlay.
-func (q *Queue) unlock(seq uint64, m *index.Meta, ev *log.Event) {
+func (q *Queue) unlock(seq uint64, m *index.Meta, ev *event.Event) {
 	q.locks.Delete(seq)
 	to := index.Available
 	if m.Flags&index.FlagDeferred != 0 {
@@ -268,16 +268,16 @@ func (q *Queue) set(s index.State) *roaring64.Bitmap {
 	panic(fmt.Sprintf("projection: message state %d", s))
 }
 
-func (q *Queue) applySession(ev *log.Event) error {
+func (q *Queue) applySession(ev *event.Event) error {
 	if q.sessions == nil {
 		return fmt.Errorf("event %d (%s): queue %d has no sessions", ev.Index, ev.Type, q.No)
 	}
 	s := q.sessions.Ensure(ev.SessionID)
 	switch ev.Type {
-	case log.SessionLocked:
+	case event.SessionLocked:
 		s.Owner, s.LockedUntil = ev.Receiver, ev.Until
 		q.sessionTimers.Push(ev.Until, uint64(s.No))
-	case log.SessionLockRenewed:
+	case event.SessionLockRenewed:
 		s.LockedUntil = ev.Until
 		q.sessionTimers.Push(ev.Until, uint64(s.No))
 		// The session's messages are locked as long as the session is.
@@ -290,9 +290,9 @@ func (q *Queue) applySession(ev *log.Event) error {
 				q.lockTimers.Push(ev.Until, seq)
 			}
 		}
-	case log.SessionUnlocked:
+	case event.SessionUnlocked:
 		s.Owner, s.LockedUntil = "", 0
-	case log.SessionStateSet:
+	case event.SessionStateSet:
 		s.State, s.StateTime = nil, ev.Time
 		if len(ev.State) > 0 {
 			s.State = append([]byte(nil), ev.State...)

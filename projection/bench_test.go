@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // queued builds an entity with n available messages by applying Enqueued
@@ -17,13 +17,13 @@ func queued(tb testing.TB, n int, ttl bool) *Entity {
 	if ttl {
 		cfg.DefaultTTL = time.Hour
 	}
-	ev := log.Event{Type: log.EntityCreated, Index: 1, Props: cfg.Encode()}
+	ev := event.Event{Type: event.EntityCreated, Index: 1, Props: cfg.Encode()}
 	if err := e.Apply(&ev); err != nil {
 		tb.Fatal(err)
 	}
 	for i := range n {
-		ev := log.Event{Type: log.Enqueued, Index: uint64(i + 2), Time: 1,
-			Pos: log.Position{Offset: uint32(i % 8192 * 1024), Size: 1024}}
+		ev := event.Event{Type: event.Enqueued, Index: uint64(i + 2), Time: 1,
+			Pos: event.Position{Offset: uint32(i % 8192 * 1024), Size: 1024}}
 		if ttl {
 			ev.Until = int64(time.Hour) + int64(i)
 		}
@@ -64,14 +64,14 @@ func BenchmarkStateBytesPerMessage(b *testing.B) {
 func BenchmarkApply(b *testing.B) {
 	e := queued(b, 0, false)
 	idx := uint64(1)
-	evs := make([]log.Event, 0, 3)
+	evs := make([]event.Event, 0, 3)
 	b.ResetTimer()
 	for i := range b.N {
 		seq := idx + 1
 		evs = append(evs[:0],
-			log.Event{Type: log.Enqueued, Index: seq, Time: int64(i)},
-			log.Event{Type: log.Locked, Index: seq + 1, Time: int64(i), Seq: seq, Until: int64(i) + 1e9, Receiver: "r"},
-			log.Event{Type: log.Completed, Index: seq + 2, Time: int64(i), Seq: seq})
+			event.Event{Type: event.Enqueued, Index: seq, Time: int64(i)},
+			event.Event{Type: event.Locked, Index: seq + 1, Time: int64(i), Seq: seq, Until: int64(i) + 1e9, Receiver: "r"},
+			event.Event{Type: event.Completed, Index: seq + 2, Time: int64(i), Seq: seq})
 		for j := range evs {
 			if err := e.Apply(&evs[j]); err != nil {
 				b.Fatal(err)

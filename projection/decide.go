@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // Command is an input to Decide.
@@ -103,7 +103,7 @@ type Delete struct {
 type Activate struct {
 	Queue  uint32
 	Seq    uint64
-	Record log.Event
+	Record event.Event
 }
 
 // Lock takes up to Max available messages for a peek-lock receiver, oldest
@@ -190,7 +190,7 @@ func (o Outcome) String() string {
 // the message's application properties for abandon, defer and dead-letter.
 type Settle struct {
 	Queue       uint32
-	Token       log.LockToken
+	Token       event.LockToken
 	Outcome     Outcome
 	Props       []byte
 	Reason      string
@@ -200,14 +200,14 @@ type Settle struct {
 // Renew extends a message lock by the lock duration from now.
 type Renew struct {
 	Queue uint32
-	Token log.LockToken
+	Token event.LockToken
 }
 
 // Tick acts on every timer due at now: lock expiry, message expiry and
 // session lock expiry. (Activation needs the log: see DueScheduled.)
 type Tick struct{}
 
-// Checkpoint records that nothing happened (log.Checkpoint), so that a
+// Checkpoint records that nothing happened (event.Checkpoint), so that a
 // snapshot of an idle entity can be taken at a new index.
 type Checkpoint struct{}
 
@@ -269,7 +269,7 @@ const (
 // Decide returns the events cmd produces at time now (unix ns), or an error
 // if it cannot be done. It never changes e; the caller appends the events to
 // the log and applies them.
-func (e *Entity) Decide(cmd Command, now int64) ([]log.Event, error) {
+func (e *Entity) Decide(cmd Command, now int64) ([]event.Event, error) {
 	d := decision{e: e, now: now}
 	var err error
 	switch c := cmd.(type) {
@@ -298,7 +298,7 @@ func (e *Entity) Decide(cmd Command, now int64) ([]log.Event, error) {
 	case Tick:
 		d.tick()
 	case Checkpoint:
-		d.emit(log.Event{Type: log.Checkpoint})
+		d.emit(event.Event{Type: event.Checkpoint})
 	case AcceptSession:
 		err = d.acceptSession(c)
 	case RenewSession:
@@ -322,10 +322,10 @@ func (e *Entity) Decide(cmd Command, now int64) ([]log.Event, error) {
 type decision struct {
 	e   *Entity
 	now int64
-	out []log.Event
+	out []event.Event
 }
 
-func (d *decision) emit(ev log.Event) {
+func (d *decision) emit(ev event.Event) {
 	ev.Time = d.now
 	d.out = append(d.out, ev)
 }
@@ -342,15 +342,15 @@ func (d *decision) configure(c Configure) error {
 	if err := c.Config.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	typ := log.EntityUpdated
+	typ := event.EntityUpdated
 	if !d.e.created {
-		typ = log.EntityCreated
+		typ = event.EntityCreated
 	} else if c.Config.RequiresSession != d.e.cfg.RequiresSession {
 		// Service Bus does not allow this change either: messages would
 		// lose or lack their grouping.
 		return fmt.Errorf("%w: RequiresSession cannot change after creation", ErrNotAllowed)
 	}
-	d.emit(log.Event{Type: typ, Name: c.Name, Props: c.Config.Encode()})
+	d.emit(event.Event{Type: typ, Name: c.Name, Props: c.Config.Encode()})
 	return nil
 }
 
@@ -393,7 +393,7 @@ func (d *decision) send(c Send) error {
 		case f.Hops+c.Hops > MaxHops:
 			return fmt.Errorf("%w: it would take %d", ErrTooManyHops, f.Hops+c.Hops)
 		}
-		d.emit(log.Event{Type: log.Forwarded, Queue: c.Queue, Until: d.expiry(m.TTL), MessageID: m.MessageID,
+		d.emit(event.Event{Type: event.Forwarded, Queue: c.Queue, Until: d.expiry(m.TTL), MessageID: m.MessageID,
 			SessionID: m.SessionID, Name: f.SourceName, Source: f.Source, Seq: f.Seq, Reason: f.Reason,
 			Description: f.Description, Props: f.Props, Message: m.Body, Hops: f.Hops + c.Hops})
 		return nil
@@ -424,11 +424,11 @@ func (d *decision) send(c Send) error {
 			batchIDs[m.MessageID] = true
 		}
 		if m.ScheduledAt > d.now {
-			d.emit(log.Event{Type: log.Scheduled, Queue: c.Queue, Until: m.ScheduledAt, TTL: int64(m.TTL),
+			d.emit(event.Event{Type: event.Scheduled, Queue: c.Queue, Until: m.ScheduledAt, TTL: int64(m.TTL),
 				MessageID: m.MessageID, SessionID: m.SessionID, Message: m.Body, Hops: c.Hops})
 			continue
 		}
-		d.emit(log.Event{Type: log.Enqueued, Queue: c.Queue, Until: d.expiry(m.TTL),
+		d.emit(event.Event{Type: event.Enqueued, Queue: c.Queue, Until: d.expiry(m.TTL),
 			MessageID: m.MessageID, SessionID: m.SessionID, Message: m.Body, Hops: c.Hops})
 	}
 	return nil
@@ -449,7 +449,7 @@ func (d *decision) droppedOnTheWay(via []Via, id string, batch map[viaID]bool) b
 			return true
 		}
 		batch[key] = true
-		d.emit(log.Event{Type: log.Remembered, Name: v.Name, MessageID: id, Until: d.now + int64(v.Window)})
+		d.emit(event.Event{Type: event.Remembered, Name: v.Name, MessageID: id, Until: d.now + int64(v.Window)})
 	}
 	return false
 }
@@ -467,7 +467,7 @@ func (d *decision) restore(c Restore) error {
 		if isDeadLetterQueue(c.Queue) {
 			until = 0
 		}
-		d.emit(log.Event{Type: log.Restored, Queue: c.Queue, Seq: m.Seq, Until: until, Deliveries: uint32(m.Deliveries),
+		d.emit(event.Event{Type: event.Restored, Queue: c.Queue, Seq: m.Seq, Until: until, Deliveries: uint32(m.Deliveries),
 			MessageID: m.MessageID, SessionID: m.SessionID, Name: m.Source, Reason: m.Reason,
 			Description: m.Description, Props: m.Props, Message: m.Body, Hops: m.Hops})
 	}
@@ -475,16 +475,16 @@ func (d *decision) restore(c Restore) error {
 }
 
 func (d *decision) cancel(c Cancel) error {
-	return d.drop(c.Queue, c.Seqs, log.ScheduleCancelled, func(m index.Meta) bool { return m.State == index.Scheduled })
+	return d.drop(c.Queue, c.Seqs, event.ScheduleCancelled, func(m index.Meta) bool { return m.State == index.Scheduled })
 }
 
 func (d *decision) delete(c Delete) error {
-	return d.drop(c.Queue, c.Seqs, log.Deleted, func(m index.Meta) bool { return m.State != index.Locked })
+	return d.drop(c.Queue, c.Seqs, event.Deleted, func(m index.Meta) bool { return m.State != index.Locked })
 }
 
 // drop emits an event of type typ for each message of seqs (in order, once
 // each) that is in the queue and that may go.
-func (d *decision) drop(queue uint32, seqs []uint64, typ log.Type, may func(index.Meta) bool) error {
+func (d *decision) drop(queue uint32, seqs []uint64, typ event.Type, may func(index.Meta) bool) error {
 	q, err := d.queue(queue)
 	if err != nil {
 		return err
@@ -493,7 +493,7 @@ func (d *decision) drop(queue uint32, seqs []uint64, typ log.Type, may func(inde
 	slices.Sort(seqs)
 	for _, seq := range slices.Compact(seqs) {
 		if m, ok := q.msgs.Get(seq); ok && may(m) {
-			d.emit(log.Event{Type: typ, Queue: queue, Seq: seq})
+			d.emit(event.Event{Type: typ, Queue: queue, Seq: seq})
 		}
 	}
 	return nil
@@ -509,10 +509,10 @@ func (d *decision) activate(c Activate) error {
 		return nil // cancelled meanwhile
 	}
 	r := c.Record
-	if r.Type != log.Scheduled || r.Index != c.Seq {
+	if r.Type != event.Scheduled || r.Index != c.Seq {
 		return fmt.Errorf("%w: activation of %d given record %s %d", ErrInvalid, c.Seq, r.Type, r.Index)
 	}
-	d.emit(log.Event{Type: log.Activated, Queue: c.Queue, Seq: c.Seq, Until: d.expiry(time.Duration(r.TTL)),
+	d.emit(event.Event{Type: event.Activated, Queue: c.Queue, Seq: c.Seq, Until: d.expiry(time.Duration(r.TTL)),
 		MessageID: r.MessageID, SessionID: r.SessionID, Message: r.Message, Hops: r.Hops})
 	return nil
 }
@@ -549,10 +549,10 @@ func (d *decision) take(no uint32, receiver, session string, max int, limit uint
 			continue
 		}
 		if peekLock {
-			d.emit(log.Event{Type: log.Locked, Queue: no, Seq: seq, Token: index.MakeToken(seq, mix(nonce, seq)),
+			d.emit(event.Event{Type: event.Locked, Queue: no, Seq: seq, Token: index.MakeToken(seq, mix(nonce, seq)),
 				Until: until, Receiver: receiver})
 		} else {
-			d.emit(log.Event{Type: log.ReceivedAndDeleted, Queue: no, Seq: seq, Receiver: receiver})
+			d.emit(event.Event{Type: event.ReceivedAndDeleted, Queue: no, Seq: seq, Receiver: receiver})
 		}
 		taken++
 	}
@@ -583,11 +583,11 @@ func (d *decision) expireDue(q *Queue) map[uint64]bool {
 
 func (d *decision) expire(q *Queue, seq uint64) {
 	if d.e.cfg.DeadLetterOnExpiry {
-		d.emit(log.Event{Type: log.DeadLettered, Queue: q.No, Seq: seq, Reason: ReasonTTLExpired,
+		d.emit(event.Event{Type: event.DeadLettered, Queue: q.No, Seq: seq, Reason: ReasonTTLExpired,
 			Description: "The message expired and was dead lettered."})
 		return
 	}
-	d.emit(log.Event{Type: log.Expired, Queue: q.No, Seq: seq})
+	d.emit(event.Event{Type: event.Expired, Queue: q.No, Seq: seq})
 }
 
 func (d *decision) lockBySeq(c LockBySeq) error {
@@ -616,17 +616,17 @@ func (d *decision) lockBySeq(c LockBySeq) error {
 		}
 		seen[seq] = true
 		if c.PeekLock {
-			d.emit(log.Event{Type: log.Locked, Queue: c.Queue, Seq: seq, Token: index.MakeToken(seq, mix(c.Nonce, seq)),
+			d.emit(event.Event{Type: event.Locked, Queue: c.Queue, Seq: seq, Token: index.MakeToken(seq, mix(c.Nonce, seq)),
 				Until: until, Receiver: c.Receiver})
 		} else {
-			d.emit(log.Event{Type: log.ReceivedAndDeleted, Queue: c.Queue, Seq: seq, Receiver: c.Receiver})
+			d.emit(event.Event{Type: event.ReceivedAndDeleted, Queue: c.Queue, Seq: seq, Receiver: c.Receiver})
 		}
 	}
 	return nil
 }
 
 // heldLock returns the message a token locks, if the lock is still held.
-func (d *decision) heldLock(q *Queue, token log.LockToken) (uint64, index.Meta, error) {
+func (d *decision) heldLock(q *Queue, token event.LockToken) (uint64, index.Meta, error) {
 	seq := index.TokenSeq(token)
 	lk, ok := q.locks.Get(seq)
 	if !ok || lk.Token != token {
@@ -658,19 +658,19 @@ func (d *decision) settle(c Settle) error {
 	}
 	switch c.Outcome {
 	case Complete:
-		d.emit(log.Event{Type: log.Completed, Queue: c.Queue, Seq: seq})
+		d.emit(event.Event{Type: event.Completed, Queue: c.Queue, Seq: seq})
 	case Abandon:
-		d.emit(log.Event{Type: log.Abandoned, Queue: c.Queue, Seq: seq, Props: c.Props})
+		d.emit(event.Event{Type: event.Abandoned, Queue: c.Queue, Seq: seq, Props: c.Props})
 		d.afterFailedDelivery(q, seq, m)
 	case Release:
-		d.emit(log.Event{Type: log.Released, Queue: c.Queue, Seq: seq})
+		d.emit(event.Event{Type: event.Released, Queue: c.Queue, Seq: seq})
 	case Defer:
-		d.emit(log.Event{Type: log.Deferred, Queue: c.Queue, Seq: seq, Props: c.Props})
+		d.emit(event.Event{Type: event.Deferred, Queue: c.Queue, Seq: seq, Props: c.Props})
 	case DeadLetter:
 		if isDeadLetterQueue(c.Queue) {
 			return fmt.Errorf("%w: a dead-lettered message cannot be dead-lettered again", ErrNotAllowed)
 		}
-		d.emit(log.Event{Type: log.DeadLettered, Queue: c.Queue, Seq: seq, Reason: c.Reason,
+		d.emit(event.Event{Type: event.DeadLettered, Queue: c.Queue, Seq: seq, Reason: c.Reason,
 			Description: c.Description, Props: c.Props})
 	default:
 		return fmt.Errorf("%w: outcome %d", ErrInvalid, c.Outcome)
@@ -685,7 +685,7 @@ func (d *decision) afterFailedDelivery(q *Queue, seq uint64, m index.Meta) {
 	if isDeadLetterQueue(q.No) || int(m.Deliveries)+1 < d.e.cfg.MaxDeliveryCount {
 		return
 	}
-	d.emit(log.Event{Type: log.DeadLettered, Queue: q.No, Seq: seq, Reason: ReasonMaxDeliveryCount,
+	d.emit(event.Event{Type: event.DeadLettered, Queue: q.No, Seq: seq, Reason: ReasonMaxDeliveryCount,
 		Description: fmt.Sprintf("Message could not be consumed after %d delivery attempts.", d.e.cfg.MaxDeliveryCount)})
 }
 
@@ -701,7 +701,7 @@ func (d *decision) renew(c Renew) error {
 	if m.Session != 0 {
 		return fmt.Errorf("%w: messages of a session are locked by the session lock; renew that instead", ErrNotAllowed)
 	}
-	d.emit(log.Event{Type: log.LockRenewed, Queue: c.Queue, Seq: seq, Until: d.now + int64(d.e.cfg.LockDuration)})
+	d.emit(event.Event{Type: event.LockRenewed, Queue: c.Queue, Seq: seq, Until: d.now + int64(d.e.cfg.LockDuration)})
 	return nil
 }
 
@@ -736,7 +736,7 @@ func (d *decision) tick() {
 		// same instant after a release): act once.
 		for _, t := range slices.Compact(locks) {
 			if m, ok := q.msgs.Get(t.Key); ok && !d.sessionEnding(q, m) {
-				d.emit(log.Event{Type: log.LockExpired, Queue: q.No, Seq: t.Key})
+				d.emit(event.Event{Type: event.LockExpired, Queue: q.No, Seq: t.Key})
 				d.afterFailedDelivery(q, t.Key, m)
 			}
 		}
@@ -752,7 +752,7 @@ func (d *decision) sessionEnding(q *Queue, m index.Meta) bool {
 	}
 	s := q.sessions.ByNo(m.Session)
 	for _, ev := range d.out {
-		if ev.Type == log.SessionUnlocked && ev.Queue == q.No && ev.SessionID == s.ID {
+		if ev.Type == event.SessionUnlocked && ev.Queue == q.No && ev.SessionID == s.ID {
 			return true
 		}
 	}
@@ -767,14 +767,14 @@ func (d *decision) endSession(q *Queue, s *index.Session, released bool) {
 	for it.HasNext() {
 		seq := it.Next()
 		if released {
-			d.emit(log.Event{Type: log.Released, Queue: q.No, Seq: seq})
+			d.emit(event.Event{Type: event.Released, Queue: q.No, Seq: seq})
 			continue
 		}
 		m, _ := q.msgs.Get(seq)
-		d.emit(log.Event{Type: log.LockExpired, Queue: q.No, Seq: seq})
+		d.emit(event.Event{Type: event.LockExpired, Queue: q.No, Seq: seq})
 		d.afterFailedDelivery(q, seq, m)
 	}
-	d.emit(log.Event{Type: log.SessionUnlocked, Queue: q.No, SessionID: s.ID})
+	d.emit(event.Event{Type: event.SessionUnlocked, Queue: q.No, SessionID: s.ID})
 }
 
 func (d *decision) sessionQueue(no uint32) (*Queue, error) {
@@ -811,7 +811,7 @@ func (d *decision) acceptSession(c AcceptSession) error {
 	if s != nil {
 		id = s.ID
 	}
-	d.emit(log.Event{Type: log.SessionLocked, Queue: c.Queue, SessionID: id,
+	d.emit(event.Event{Type: event.SessionLocked, Queue: c.Queue, SessionID: id,
 		Until: d.now + int64(d.e.cfg.LockDuration), Receiver: c.Receiver})
 	return nil
 }
@@ -834,7 +834,7 @@ func (d *decision) renewSession(c RenewSession) error {
 	if err != nil {
 		return err
 	}
-	d.emit(log.Event{Type: log.SessionLockRenewed, Queue: c.Queue, SessionID: s.ID,
+	d.emit(event.Event{Type: event.SessionLockRenewed, Queue: c.Queue, SessionID: s.ID,
 		Until: d.now + int64(d.e.cfg.LockDuration)})
 	return nil
 }
@@ -855,7 +855,7 @@ func (d *decision) setSessionState(c SetSessionState) error {
 	if err != nil {
 		return err
 	}
-	d.emit(log.Event{Type: log.SessionStateSet, Queue: c.Queue, SessionID: s.ID, State: c.State})
+	d.emit(event.Event{Type: event.SessionStateSet, Queue: c.Queue, SessionID: s.ID, State: c.State})
 	return nil
 }
 

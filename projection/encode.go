@@ -8,8 +8,9 @@ import (
 	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
+
 	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // The canonical encoding of an Entity: equal states encode to equal bytes,
@@ -35,9 +36,9 @@ const encodingVersion = 4
 // Encode appends the canonical encoding of e to dst.
 func (e *Entity) Encode(dst []byte) []byte {
 	dst = binary.AppendUvarint(dst, encodingVersion)
-	dst = log.AppendString(dst, e.name)
+	dst = event.AppendString(dst, e.name)
 	dst = appendBool(dst, e.created)
-	dst = log.AppendBytes(dst, e.cfg.Encode())
+	dst = event.AppendBytes(dst, e.cfg.Encode())
 	dst = binary.AppendUvarint(dst, e.last)
 	dst = binary.AppendVarint(dst, e.lastTime)
 
@@ -54,7 +55,7 @@ func (e *Entity) Encode(dst []byte) []byte {
 	vias = slices.DeleteFunc(vias, func(v string) bool { return e.via[v].Len() == 0 })
 	dst = binary.AppendUvarint(dst, uint64(len(vias)))
 	for _, v := range vias {
-		dst = log.AppendString(dst, v)
+		dst = event.AppendString(dst, v)
 		dst = appendDedup(dst, e.via[v])
 	}
 
@@ -80,11 +81,11 @@ func (q *Queue) encode(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, uint64(len(all)))
 		for _, s := range all {
 			dst = binary.AppendUvarint(dst, uint64(s.No))
-			dst = log.AppendString(dst, s.ID)
-			dst = log.AppendString(dst, s.Owner)
+			dst = event.AppendString(dst, s.ID)
+			dst = event.AppendString(dst, s.Owner)
 			dst = binary.AppendVarint(dst, s.LockedUntil)
 			dst = appendBool(dst, s.State != nil)
-			dst = log.AppendBytes(dst, s.State)
+			dst = event.AppendBytes(dst, s.State)
 			dst = binary.AppendVarint(dst, s.StateTime)
 		}
 	}
@@ -110,7 +111,7 @@ func (q *Queue) encode(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, seq)
 		dst = append(dst, lk.Token[:]...)
 		dst = binary.AppendVarint(dst, lk.Until)
-		dst = log.AppendString(dst, lk.Receiver)
+		dst = event.AppendString(dst, lk.Receiver)
 	}
 
 	withOverlays := make([]uint64, 0, len(q.overlays))
@@ -161,14 +162,14 @@ func appendDedup(dst []byte, d *index.Dedup) []byte {
 	d.Entries(func(id string, at int64) { ids, ats = append(ids, id), append(ats, at) })
 	dst = binary.AppendUvarint(dst, uint64(len(ids)))
 	for i := range ids {
-		dst = log.AppendString(dst, ids[i])
+		dst = event.AppendString(dst, ids[i])
 		dst = binary.AppendVarint(dst, ats[i])
 	}
 	return dst
 }
 
 // readDedup reads what appendDedup wrote into d.
-func readDedup(r *log.Reader, d *index.Dedup) {
+func readDedup(r *event.Reader, d *index.Dedup) {
 	for n := r.Count(2); n > 0; n-- {
 		id, at := r.String(), r.Varint()
 		if r.Err() == nil {
@@ -188,7 +189,7 @@ func appendBool(dst []byte, b bool) []byte {
 // consistent (states, sessions, locks and timers that refer to messages that
 // exist). It never panics, whatever the input.
 func Decode(b []byte) (*Entity, error) {
-	r := log.NewReader(b)
+	r := event.NewReader(b)
 	v := r.Uvarint()
 	if r.Err() == nil && (v < 1 || v > encodingVersion) {
 		return nil, fmt.Errorf("state encoding version %d, want 1 to %d", v, encodingVersion)
@@ -258,7 +259,7 @@ func Decode(b []byte) (*Entity, error) {
 	return e, nil
 }
 
-func (q *Queue) decode(r *log.Reader, no uint32) error {
+func (q *Queue) decode(r *event.Reader, no uint32) error {
 	if got := r.Uint32(); r.Err() == nil && got != no {
 		return fmt.Errorf("numbered %d", got)
 	}
@@ -332,7 +333,7 @@ func (q *Queue) decode(r *log.Reader, no uint32) error {
 		seq := r.Uvarint()
 		refs := make([]Ref, r.Count(3))
 		for i := range refs {
-			refs[i] = Ref{Index: r.Uvarint(), Pos: log.Position{Offset: r.Uint32(), Size: r.Uint32()}}
+			refs[i] = Ref{Index: r.Uvarint(), Pos: event.Position{Offset: r.Uint32(), Size: r.Uint32()}}
 		}
 		if _, ok := q.msgs.Get(seq); r.Err() == nil && (!ok || len(refs) == 0) {
 			return fmt.Errorf("overlays for missing message %d", seq)
@@ -357,7 +358,7 @@ func (q *Queue) decode(r *log.Reader, no uint32) error {
 	return r.Err()
 }
 
-func (q *Queue) decodeSessions(r *log.Reader) error {
+func (q *Queue) decodeSessions(r *event.Reader) error {
 	next := r.Uint32()
 	free := make([]uint32, r.Count(1))
 	for i := range free {
@@ -386,7 +387,7 @@ func (q *Queue) decodeSessions(r *log.Reader) error {
 	return nil
 }
 
-func decodeTimers(r *log.Reader, ts *index.Timers, live func(index.Timer) bool, what string) error {
+func decodeTimers(r *event.Reader, ts *index.Timers, live func(index.Timer) bool, what string) error {
 	for n := r.Count(2); n > 0 && r.Err() == nil; n-- {
 		t := index.Timer{Key: r.Uvarint(), At: r.Varint()}
 		if r.Err() != nil {
@@ -400,7 +401,7 @@ func decodeTimers(r *log.Reader, ts *index.Timers, live func(index.Timer) bool, 
 	return r.Err()
 }
 
-func readBool(r *log.Reader) bool {
+func readBool(r *event.Reader) bool {
 	switch b := r.Byte(); b {
 	case 0:
 		return false

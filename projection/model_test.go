@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // model is a deliberately naive implementation of the same semantics: one
@@ -37,7 +37,7 @@ type mMsg struct {
 	session    string
 	expires    int64
 	overlays   []uint64 // indexes of the records modifying it
-	token      log.LockToken
+	token      event.LockToken
 	lockUntil  int64
 	receiver   string
 }
@@ -77,15 +77,15 @@ func (m *model) inQueue(no uint32, keep func(*mMsg) bool) []*mMsg {
 type mDecision struct {
 	m   *model
 	now int64
-	out []log.Event
+	out []event.Event
 }
 
-func (d *mDecision) emit(ev log.Event) {
+func (d *mDecision) emit(ev event.Event) {
 	ev.Time = d.now
 	d.out = append(d.out, ev)
 }
 
-func (m *model) decide(cmd Command, now int64) ([]log.Event, error) {
+func (m *model) decide(cmd Command, now int64) ([]event.Event, error) {
 	d := &mDecision{m: m, now: now}
 	err := d.run(cmd)
 	if err != nil {
@@ -98,13 +98,13 @@ func (d *mDecision) run(cmd Command) error {
 	m := d.m
 	switch c := cmd.(type) {
 	case Configure:
-		typ := log.EntityUpdated
+		typ := event.EntityUpdated
 		if !m.created {
-			typ = log.EntityCreated
+			typ = event.EntityCreated
 		}
-		d.emit(log.Event{Type: typ, Name: c.Name, Props: c.Config.Encode()})
+		d.emit(event.Event{Type: typ, Name: c.Name, Props: c.Config.Encode()})
 	case Send:
-		if c.Queue != log.MainQueue {
+		if c.Queue != event.MainQueue {
 			return ErrNotAllowed
 		}
 		if f := c.Forward; f != nil {
@@ -118,7 +118,7 @@ func (d *mDecision) run(cmd Command) error {
 			if m.cfg.RequiresSession && msg.SessionID == "" {
 				return ErrSessionIDRequired
 			}
-			d.emit(log.Event{Type: log.Forwarded, Queue: c.Queue, Until: d.expiry(msg.TTL), MessageID: msg.MessageID,
+			d.emit(event.Event{Type: event.Forwarded, Queue: c.Queue, Until: d.expiry(msg.TTL), MessageID: msg.MessageID,
 				SessionID: msg.SessionID, Name: f.SourceName, Source: f.Source, Seq: f.Seq, Reason: f.Reason,
 				Description: f.Description, Props: f.Props, Message: msg.Body})
 			return nil
@@ -143,7 +143,7 @@ func (d *mDecision) run(cmd Command) error {
 					continue messages
 				}
 				viaBatch[name+"/"+msg.MessageID] = true
-				d.emit(log.Event{Type: log.Remembered, Name: v.Name, MessageID: msg.MessageID, Until: d.now + int64(v.Window)})
+				d.emit(event.Event{Type: event.Remembered, Name: v.Name, MessageID: msg.MessageID, Until: d.now + int64(v.Window)})
 			}
 			if m.cfg.RequiresDuplicateDetection && msg.MessageID != "" {
 				at, seen := m.dedup[msg.MessageID]
@@ -153,10 +153,10 @@ func (d *mDecision) run(cmd Command) error {
 				batch[msg.MessageID] = true
 			}
 			if msg.ScheduledAt > d.now {
-				d.emit(log.Event{Type: log.Scheduled, Queue: c.Queue, Until: msg.ScheduledAt, TTL: int64(msg.TTL),
+				d.emit(event.Event{Type: event.Scheduled, Queue: c.Queue, Until: msg.ScheduledAt, TTL: int64(msg.TTL),
 					MessageID: msg.MessageID, SessionID: msg.SessionID, Message: msg.Body})
 			} else {
-				d.emit(log.Event{Type: log.Enqueued, Queue: c.Queue, Until: d.expiry(msg.TTL),
+				d.emit(event.Event{Type: event.Enqueued, Queue: c.Queue, Until: d.expiry(msg.TTL),
 					MessageID: msg.MessageID, SessionID: msg.SessionID, Message: msg.Body})
 			}
 		}
@@ -164,31 +164,31 @@ func (d *mDecision) run(cmd Command) error {
 		seqs := slices.Sorted(slices.Values(c.Seqs))
 		for _, seq := range slices.Compact(seqs) {
 			if msg := m.msgs[seq]; msg != nil && msg.queue == c.Queue && msg.state == index.Scheduled {
-				d.emit(log.Event{Type: log.ScheduleCancelled, Queue: c.Queue, Seq: seq})
+				d.emit(event.Event{Type: event.ScheduleCancelled, Queue: c.Queue, Seq: seq})
 			}
 		}
 	case Delete:
 		seqs := slices.Sorted(slices.Values(c.Seqs))
 		for _, seq := range slices.Compact(seqs) {
 			if msg := m.msgs[seq]; msg != nil && msg.queue == c.Queue && msg.state != index.Locked {
-				d.emit(log.Event{Type: log.Deleted, Queue: c.Queue, Seq: seq})
+				d.emit(event.Event{Type: event.Deleted, Queue: c.Queue, Seq: seq})
 			}
 		}
 	case Activate:
 		if msg := m.msgs[c.Seq]; msg != nil && msg.state == index.Scheduled {
-			d.emit(log.Event{Type: log.Activated, Queue: c.Queue, Seq: c.Seq, Until: d.expiry(time.Duration(c.Record.TTL)),
+			d.emit(event.Event{Type: event.Activated, Queue: c.Queue, Seq: c.Seq, Until: d.expiry(time.Duration(c.Record.TTL)),
 				MessageID: c.Record.MessageID, SessionID: c.Record.SessionID, Message: c.Record.Message})
 		}
 	case Restore:
 		for _, msg := range c.Messages {
-			if m.cfg.RequiresSession && c.Queue == log.MainQueue && msg.SessionID == "" {
+			if m.cfg.RequiresSession && c.Queue == event.MainQueue && msg.SessionID == "" {
 				return ErrSessionIDRequired
 			}
 			until := msg.Expires
-			if c.Queue != log.MainQueue {
+			if c.Queue != event.MainQueue {
 				until = 0
 			}
-			d.emit(log.Event{Type: log.Restored, Queue: c.Queue, Seq: msg.Seq, Until: until, Deliveries: uint32(msg.Deliveries),
+			d.emit(event.Event{Type: event.Restored, Queue: c.Queue, Seq: msg.Seq, Until: until, Deliveries: uint32(msg.Deliveries),
 				MessageID: msg.MessageID, SessionID: msg.SessionID, Name: msg.Source, Reason: msg.Reason,
 				Description: msg.Description, Props: msg.Props, Message: msg.Body})
 		}
@@ -198,7 +198,7 @@ func (d *mDecision) run(cmd Command) error {
 		return d.take(c.Queue, c.Receiver, c.Session, c.Max, c.Limit, false, 0)
 	case LockBySeq:
 		until := d.now + int64(m.cfg.LockDuration)
-		if c.Session != "" && m.cfg.RequiresSession && c.Queue == log.MainQueue {
+		if c.Session != "" && m.cfg.RequiresSession && c.Queue == event.MainQueue {
 			s := m.sessions[c.Session]
 			if s == nil || s.owner != c.Receiver || s.until <= d.now {
 				return ErrSessionLockLost
@@ -209,7 +209,7 @@ func (d *mDecision) run(cmd Command) error {
 		for _, seq := range c.Seqs {
 			msg := m.msgs[seq]
 			if msg == nil || msg.queue != c.Queue || msg.state != index.Deferred ||
-				c.Session != "" && m.cfg.RequiresSession && c.Queue == log.MainQueue && msg.session != c.Session {
+				c.Session != "" && m.cfg.RequiresSession && c.Queue == event.MainQueue && msg.session != c.Session {
 				return ErrMessageNotFound
 			}
 			if seen[seq] {
@@ -217,10 +217,10 @@ func (d *mDecision) run(cmd Command) error {
 			}
 			seen[seq] = true
 			if c.PeekLock {
-				d.emit(log.Event{Type: log.Locked, Queue: c.Queue, Seq: seq, Token: index.MakeToken(seq, mix(c.Nonce, seq)),
+				d.emit(event.Event{Type: event.Locked, Queue: c.Queue, Seq: seq, Token: index.MakeToken(seq, mix(c.Nonce, seq)),
 					Until: until, Receiver: c.Receiver})
 			} else {
-				d.emit(log.Event{Type: log.ReceivedAndDeleted, Queue: c.Queue, Seq: seq, Receiver: c.Receiver})
+				d.emit(event.Event{Type: event.ReceivedAndDeleted, Queue: c.Queue, Seq: seq, Receiver: c.Receiver})
 			}
 		}
 	case Settle:
@@ -230,19 +230,19 @@ func (d *mDecision) run(cmd Command) error {
 		}
 		switch c.Outcome {
 		case Complete:
-			d.emit(log.Event{Type: log.Completed, Queue: c.Queue, Seq: msg.seq})
+			d.emit(event.Event{Type: event.Completed, Queue: c.Queue, Seq: msg.seq})
 		case Abandon:
-			d.emit(log.Event{Type: log.Abandoned, Queue: c.Queue, Seq: msg.seq, Props: c.Props})
+			d.emit(event.Event{Type: event.Abandoned, Queue: c.Queue, Seq: msg.seq, Props: c.Props})
 			d.failed(msg)
 		case Release:
-			d.emit(log.Event{Type: log.Released, Queue: c.Queue, Seq: msg.seq})
+			d.emit(event.Event{Type: event.Released, Queue: c.Queue, Seq: msg.seq})
 		case Defer:
-			d.emit(log.Event{Type: log.Deferred, Queue: c.Queue, Seq: msg.seq, Props: c.Props})
+			d.emit(event.Event{Type: event.Deferred, Queue: c.Queue, Seq: msg.seq, Props: c.Props})
 		case DeadLetter:
-			if c.Queue != log.MainQueue {
+			if c.Queue != event.MainQueue {
 				return ErrNotAllowed
 			}
-			d.emit(log.Event{Type: log.DeadLettered, Queue: c.Queue, Seq: msg.seq, Reason: c.Reason,
+			d.emit(event.Event{Type: event.DeadLettered, Queue: c.Queue, Seq: msg.seq, Reason: c.Reason,
 				Description: c.Description, Props: c.Props})
 		}
 	case Renew:
@@ -250,26 +250,26 @@ func (d *mDecision) run(cmd Command) error {
 		if err != nil {
 			return err
 		}
-		if msg.session != "" && c.Queue == log.MainQueue && m.cfg.RequiresSession {
+		if msg.session != "" && c.Queue == event.MainQueue && m.cfg.RequiresSession {
 			return ErrNotAllowed
 		}
-		d.emit(log.Event{Type: log.LockRenewed, Queue: c.Queue, Seq: msg.seq, Until: d.now + int64(m.cfg.LockDuration)})
+		d.emit(event.Event{Type: event.LockRenewed, Queue: c.Queue, Seq: msg.seq, Until: d.now + int64(m.cfg.LockDuration)})
 	case TransferDeadLetter:
 		msg, err := d.held(c.Queue, c.Token)
-		if c.Queue != log.DeadLetterQueue {
+		if c.Queue != event.DeadLetterQueue {
 			return ErrNotAllowed
 		}
 		if err != nil {
 			return err
 		}
-		d.emit(log.Event{Type: log.TransferDeadLettered, Queue: c.Queue, Seq: msg.seq, Reason: c.Reason,
+		d.emit(event.Event{Type: event.TransferDeadLettered, Queue: c.Queue, Seq: msg.seq, Reason: c.Reason,
 			Description: c.Description})
 	case Checkpoint:
-		d.emit(log.Event{Type: log.Checkpoint})
+		d.emit(event.Event{Type: event.Checkpoint})
 	case Tick:
 		for _, no := range modelQueues {
 			ended := map[string]bool{}
-			if m.cfg.RequiresSession && no == log.MainQueue {
+			if m.cfg.RequiresSession && no == event.MainQueue {
 				var due []string
 				for id, s := range m.sessions {
 					if s.owner != "" && s.until <= d.now {
@@ -290,16 +290,16 @@ func (d *mDecision) run(cmd Command) error {
 			locked := m.inQueue(no, func(msg *mMsg) bool { return msg.state == index.Locked && msg.lockUntil <= d.now })
 			slices.SortStableFunc(locked, func(a, b *mMsg) int { return cmp.Compare(a.lockUntil, b.lockUntil) })
 			for _, msg := range locked {
-				if ended[msg.session] && no == log.MainQueue && m.cfg.RequiresSession {
+				if ended[msg.session] && no == event.MainQueue && m.cfg.RequiresSession {
 					continue
 				}
-				d.emit(log.Event{Type: log.LockExpired, Queue: no, Seq: msg.seq})
+				d.emit(event.Event{Type: event.LockExpired, Queue: no, Seq: msg.seq})
 				d.failed(msg)
 			}
 			d.expireDue(no)
 		}
 	case AcceptSession:
-		if !m.cfg.RequiresSession || c.Queue != log.MainQueue {
+		if !m.cfg.RequiresSession || c.Queue != event.MainQueue {
 			return ErrNotAllowed
 		}
 		id := c.SessionID
@@ -319,16 +319,16 @@ func (d *mDecision) run(cmd Command) error {
 			}
 			d.endSession(id, false)
 		}
-		d.emit(log.Event{Type: log.SessionLocked, Queue: c.Queue, SessionID: id,
+		d.emit(event.Event{Type: event.SessionLocked, Queue: c.Queue, SessionID: id,
 			Until: d.now + int64(m.cfg.LockDuration), Receiver: c.Receiver})
 	case RenewSession:
 		if err := d.owned(c.Queue, c.SessionID, c.Receiver); err != nil {
 			return err
 		}
-		d.emit(log.Event{Type: log.SessionLockRenewed, Queue: c.Queue, SessionID: c.SessionID,
+		d.emit(event.Event{Type: event.SessionLockRenewed, Queue: c.Queue, SessionID: c.SessionID,
 			Until: d.now + int64(m.cfg.LockDuration)})
 	case ReleaseSession:
-		if !m.cfg.RequiresSession || c.Queue != log.MainQueue {
+		if !m.cfg.RequiresSession || c.Queue != event.MainQueue {
 			return ErrNotAllowed
 		}
 		if s := m.sessions[c.SessionID]; s != nil && s.owner == c.Receiver {
@@ -338,7 +338,7 @@ func (d *mDecision) run(cmd Command) error {
 		if err := d.owned(c.Queue, c.SessionID, c.Receiver); err != nil {
 			return err
 		}
-		d.emit(log.Event{Type: log.SessionStateSet, Queue: c.Queue, SessionID: c.SessionID, State: c.State})
+		d.emit(event.Event{Type: event.SessionStateSet, Queue: c.Queue, SessionID: c.SessionID, State: c.State})
 	default:
 		return fmt.Errorf("model: %T", cmd)
 	}
@@ -360,7 +360,7 @@ func (d *mDecision) take(no uint32, receiver, session string, max int, limit uin
 	if max <= 0 {
 		return nil
 	}
-	sessions := m.cfg.RequiresSession && no == log.MainQueue
+	sessions := m.cfg.RequiresSession && no == event.MainQueue
 	until := d.now + int64(m.cfg.LockDuration)
 	if sessions {
 		s := m.sessions[session]
@@ -380,14 +380,14 @@ func (d *mDecision) take(no uint32, receiver, session string, max int, limit uin
 		if expired[msg.seq] || sessions && msg.session != session {
 			continue
 		}
-		if no != log.MainQueue && len(msg.overlays) > 0 && msg.overlays[len(msg.overlays)-1] > limit {
+		if no != event.MainQueue && len(msg.overlays) > 0 && msg.overlays[len(msg.overlays)-1] > limit {
 			continue // in a dead-letter queue: every record that changed it must be durable
 		}
 		if peekLock {
-			d.emit(log.Event{Type: log.Locked, Queue: no, Seq: msg.seq, Token: index.MakeToken(msg.seq, mix(nonce, msg.seq)),
+			d.emit(event.Event{Type: event.Locked, Queue: no, Seq: msg.seq, Token: index.MakeToken(msg.seq, mix(nonce, msg.seq)),
 				Until: until, Receiver: receiver})
 		} else {
-			d.emit(log.Event{Type: log.ReceivedAndDeleted, Queue: no, Seq: msg.seq, Receiver: receiver})
+			d.emit(event.Event{Type: event.ReceivedAndDeleted, Queue: no, Seq: msg.seq, Receiver: receiver})
 		}
 		taken++
 	}
@@ -400,22 +400,22 @@ func (d *mDecision) expireDue(no uint32) map[uint64]bool {
 		return msg.state == index.Available && msg.expires > 0 && msg.expires <= d.now
 	}) {
 		if d.m.cfg.DeadLetterOnExpiry {
-			d.emit(log.Event{Type: log.DeadLettered, Queue: no, Seq: msg.seq, Reason: ReasonTTLExpired,
+			d.emit(event.Event{Type: event.DeadLettered, Queue: no, Seq: msg.seq, Reason: ReasonTTLExpired,
 				Description: "The message expired and was dead lettered."})
 		} else {
-			d.emit(log.Event{Type: log.Expired, Queue: no, Seq: msg.seq})
+			d.emit(event.Event{Type: event.Expired, Queue: no, Seq: msg.seq})
 		}
 		expired[msg.seq] = true
 	}
 	return expired
 }
 
-func (d *mDecision) held(no uint32, token log.LockToken) (*mMsg, error) {
+func (d *mDecision) held(no uint32, token event.LockToken) (*mMsg, error) {
 	msg := d.m.msgs[index.TokenSeq(token)]
 	if msg == nil || msg.queue != no || msg.state != index.Locked || msg.token != token {
 		return nil, ErrLockLost
 	}
-	if d.m.cfg.RequiresSession && no == log.MainQueue && msg.session != "" {
+	if d.m.cfg.RequiresSession && no == event.MainQueue && msg.session != "" {
 		if s := d.m.sessions[msg.session]; s == nil || s.owner == "" || s.until <= d.now {
 			return nil, ErrSessionLockLost
 		}
@@ -427,27 +427,27 @@ func (d *mDecision) held(no uint32, token log.LockToken) (*mMsg, error) {
 }
 
 func (d *mDecision) failed(msg *mMsg) {
-	if msg.queue != log.MainQueue || msg.deliveries+1 < d.m.cfg.MaxDeliveryCount {
+	if msg.queue != event.MainQueue || msg.deliveries+1 < d.m.cfg.MaxDeliveryCount {
 		return
 	}
-	d.emit(log.Event{Type: log.DeadLettered, Queue: msg.queue, Seq: msg.seq, Reason: ReasonMaxDeliveryCount,
+	d.emit(event.Event{Type: event.DeadLettered, Queue: msg.queue, Seq: msg.seq, Reason: ReasonMaxDeliveryCount,
 		Description: fmt.Sprintf("Message could not be consumed after %d delivery attempts.", d.m.cfg.MaxDeliveryCount)})
 }
 
 func (d *mDecision) endSession(id string, released bool) {
-	for _, msg := range d.m.inQueue(log.MainQueue, func(msg *mMsg) bool { return msg.state == index.Locked && msg.session == id }) {
+	for _, msg := range d.m.inQueue(event.MainQueue, func(msg *mMsg) bool { return msg.state == index.Locked && msg.session == id }) {
 		if released {
-			d.emit(log.Event{Type: log.Released, Queue: log.MainQueue, Seq: msg.seq})
+			d.emit(event.Event{Type: event.Released, Queue: event.MainQueue, Seq: msg.seq})
 			continue
 		}
-		d.emit(log.Event{Type: log.LockExpired, Queue: log.MainQueue, Seq: msg.seq})
+		d.emit(event.Event{Type: event.LockExpired, Queue: event.MainQueue, Seq: msg.seq})
 		d.failed(msg)
 	}
-	d.emit(log.Event{Type: log.SessionUnlocked, Queue: log.MainQueue, SessionID: id})
+	d.emit(event.Event{Type: event.SessionUnlocked, Queue: event.MainQueue, SessionID: id})
 }
 
 func (d *mDecision) owned(no uint32, id, receiver string) error {
-	if !d.m.cfg.RequiresSession || no != log.MainQueue {
+	if !d.m.cfg.RequiresSession || no != event.MainQueue {
 		return ErrNotAllowed
 	}
 	if s := d.m.sessions[id]; s == nil || s.owner != receiver || s.until <= d.now {
@@ -456,91 +456,91 @@ func (d *mDecision) owned(no uint32, id, receiver string) error {
 	return nil
 }
 
-func (m *model) apply(ev *log.Event) {
+func (m *model) apply(ev *event.Event) {
 	m.last = ev.Index
 	sessions := m.cfg.RequiresSession
 	switch ev.Type {
-	case log.EntityCreated, log.EntityUpdated:
+	case event.EntityCreated, event.EntityUpdated:
 		m.cfg, _ = DecodeConfig(ev.Props)
 		m.created = true
-	case log.Remembered:
+	case event.Remembered:
 		name := strings.ToLower(ev.Name)
 		if m.via[name] == nil {
 			m.via[name] = map[string]int64{}
 		}
 		m.via[name][ev.MessageID] = ev.Time
-	case log.Enqueued, log.Scheduled, log.Activated, log.Forwarded:
-		if ev.Type == log.Activated {
+	case event.Enqueued, event.Scheduled, event.Activated, event.Forwarded:
+		if ev.Type == event.Activated {
 			delete(m.msgs, ev.Seq)
 		}
 		msg := &mMsg{seq: ev.Index, queue: ev.Queue, state: index.Available, expires: ev.Until}
-		if ev.Type == log.Forwarded {
+		if ev.Type == event.Forwarded {
 			msg.overlays = []uint64{ev.Index}
 			m.lastFwd[ev.Source] = ev.Seq
 		}
 		if sessions {
 			msg.session = ev.SessionID
 		}
-		if ev.Type == log.Scheduled {
+		if ev.Type == event.Scheduled {
 			msg.state, msg.expires = index.Scheduled, 0
 		}
 		m.msgs[ev.Index] = msg
-		if (ev.Type == log.Enqueued || ev.Type == log.Scheduled) && m.cfg.RequiresDuplicateDetection && ev.MessageID != "" {
+		if (ev.Type == event.Enqueued || ev.Type == event.Scheduled) && m.cfg.RequiresDuplicateDetection && ev.MessageID != "" {
 			m.dedup[ev.MessageID] = ev.Time
 		}
-	case log.Restored:
+	case event.Restored:
 		msg := &mMsg{seq: ev.Index, queue: ev.Queue, state: index.Available, expires: ev.Until, deliveries: int(ev.Deliveries)}
-		if sessions && ev.Queue == log.MainQueue {
+		if sessions && ev.Queue == event.MainQueue {
 			msg.session = ev.SessionID
 		}
-		if ev.Queue != log.MainQueue || ev.Name != "" || ev.Reason != "" || ev.Description != "" || len(ev.Props) > 0 {
+		if ev.Queue != event.MainQueue || ev.Name != "" || ev.Reason != "" || ev.Description != "" || len(ev.Props) > 0 {
 			msg.overlays = []uint64{ev.Index}
 		}
 		m.msgs[ev.Index] = msg
-	case log.ScheduleCancelled, log.Completed, log.Expired, log.ReceivedAndDeleted, log.Deleted:
+	case event.ScheduleCancelled, event.Completed, event.Expired, event.ReceivedAndDeleted, event.Deleted:
 		delete(m.msgs, ev.Seq)
-	case log.Locked:
+	case event.Locked:
 		msg := m.msgs[ev.Seq]
 		msg.state, msg.token, msg.lockUntil, msg.receiver = index.Locked, ev.Token, ev.Until, ev.Receiver
-	case log.LockRenewed:
+	case event.LockRenewed:
 		m.msgs[ev.Seq].lockUntil = ev.Until
-	case log.LockExpired, log.Abandoned, log.Released, log.Deferred:
+	case event.LockExpired, event.Abandoned, event.Released, event.Deferred:
 		msg := m.msgs[ev.Seq]
-		if ev.Type == log.LockExpired || ev.Type == log.Abandoned {
+		if ev.Type == event.LockExpired || ev.Type == event.Abandoned {
 			msg.deliveries++
 		}
-		if ev.Type == log.Deferred {
+		if ev.Type == event.Deferred {
 			msg.deferred = true
 		}
-		msg.state, msg.token, msg.lockUntil, msg.receiver = index.Available, log.LockToken{}, 0, ""
+		msg.state, msg.token, msg.lockUntil, msg.receiver = index.Available, event.LockToken{}, 0, ""
 		if msg.deferred {
 			msg.state = index.Deferred
 		}
 		if len(ev.Props) > 0 {
 			msg.overlays = append(msg.overlays, ev.Index)
 		}
-	case log.DeadLettered, log.TransferDeadLettered:
+	case event.DeadLettered, event.TransferDeadLettered:
 		msg := m.msgs[ev.Seq]
-		to := log.DeadLetterQueue
-		if ev.Type == log.TransferDeadLettered {
-			to = log.TransferDeadLetterQueue
+		to := event.DeadLetterQueue
+		if ev.Type == event.TransferDeadLettered {
+			to = event.TransferDeadLetterQueue
 		}
 		*msg = mMsg{seq: msg.seq, queue: to, state: index.Available, deliveries: msg.deliveries,
 			overlays: append(msg.overlays, ev.Index)}
-	case log.SessionLocked:
+	case event.SessionLocked:
 		s := m.session(ev.SessionID)
 		s.owner, s.until = ev.Receiver, ev.Until
-	case log.SessionLockRenewed:
+	case event.SessionLockRenewed:
 		m.session(ev.SessionID).until = ev.Until
 		for _, msg := range m.msgs {
 			if msg.state == index.Locked && msg.session == ev.SessionID && msg.queue == ev.Queue {
 				msg.lockUntil = ev.Until
 			}
 		}
-	case log.SessionUnlocked:
+	case event.SessionUnlocked:
 		s := m.session(ev.SessionID)
 		s.owner, s.until = "", 0
-	case log.SessionStateSet:
+	case event.SessionStateSet:
 		m.session(ev.SessionID).state = nil
 		if len(ev.State) > 0 {
 			m.session(ev.SessionID).state = append([]byte{}, ev.State...)
@@ -668,15 +668,15 @@ type history struct {
 	e       *Entity
 	m       *model
 	now     int64
-	events  []log.Event
-	records map[uint64]log.Event // Scheduled records by index, for activation
+	events  []event.Event
+	records map[uint64]event.Event // Scheduled records by index, for activation
 	fail    func(format string, args ...any)
 }
 
 var receivers = []string{"r1", "r2", "r3"}
 
 // modelQueues are the queues of a queue entity, in number order.
-var modelQueues = []uint32{log.MainQueue, log.DeadLetterQueue, log.TransferDeadLetterQueue}
+var modelQueues = []uint32{event.MainQueue, event.DeadLetterQueue, event.TransferDeadLetterQueue}
 var sessionIDs = []string{"s1", "s2", "s3", "s4"}
 
 func (h *history) run(cmd Command) {
@@ -693,9 +693,9 @@ func (h *history) run(cmd Command) {
 	for i := range got {
 		ev := got[i]
 		ev.Index = uint64(len(h.events) + 1)
-		ev.Pos = log.Position{Offset: uint32(ev.Index * 7 % 100000), Size: uint32(log.RecordSize(&ev))}
+		ev.Pos = event.Position{Offset: uint32(ev.Index * 7 % 100000), Size: uint32(event.RecordSize(&ev))}
 		h.events = append(h.events, ev)
-		if ev.Type == log.Scheduled {
+		if ev.Type == event.Scheduled {
 			h.records[ev.Index] = ev
 		}
 		if err := h.e.Apply(&ev); err != nil {
@@ -737,7 +737,7 @@ func sameError(a, b error) bool {
 }
 
 // eventKeys renders events without their payload bytes.
-func eventKeys(evs []log.Event) []string {
+func eventKeys(evs []event.Event) []string {
 	out := make([]string, len(evs))
 	for i, e := range evs {
 		out[i] = fmt.Sprintf("%s q%d seq=%d until=%d ttl=%d tok=%x id=%q sess=%q rcv=%q reason=%q name=%q props=%d body=%d",
@@ -786,7 +786,7 @@ func (h *history) step() {
 		if r.IntN(5) == 0 {
 			// An arrival from another entity's dead-letter queue; small
 			// numbers so that repeats (after a source's crash) come up.
-			h.run(Send{Queue: log.MainQueue, Messages: msgs[:1], Forward: &Forward{Source: uint64(1 + r.IntN(2)),
+			h.run(Send{Queue: event.MainQueue, Messages: msgs[:1], Forward: &Forward{Source: uint64(1 + r.IntN(2)),
 				SourceName: "src", Seq: uint64(1 + r.IntN(4)), Reason: "r", Props: []byte{0xc1, 1, 0}}})
 			return
 		}
@@ -802,7 +802,7 @@ func (h *history) step() {
 			if r.IntN(3) == 0 {
 				via[0].Name = "a"
 			}
-			h.run(Send{Queue: log.MainQueue, Messages: msgs, Via: via})
+			h.run(Send{Queue: event.MainQueue, Messages: msgs, Via: via})
 			return
 		}
 		h.run(Send{Queue: uint32(r.IntN(8) / 7), Messages: msgs})
@@ -813,13 +813,13 @@ func (h *history) step() {
 			session = sessionIDs[r.IntN(len(sessionIDs))]
 		}
 		q := uint32(r.IntN(4) / 3)
-		if len(h.m.inQueue(log.DeadLetterQueue, func(*mMsg) bool { return true })) > 20 && r.IntN(2) == 0 {
-			q = log.DeadLetterQueue
+		if len(h.m.inQueue(event.DeadLetterQueue, func(*mMsg) bool { return true })) > 20 && r.IntN(2) == 0 {
+			q = event.DeadLetterQueue
 		}
-		if len(h.m.inQueue(log.TransferDeadLetterQueue, func(*mMsg) bool { return true })) > 0 && r.IntN(4) == 0 {
-			q = log.TransferDeadLetterQueue
+		if len(h.m.inQueue(event.TransferDeadLetterQueue, func(*mMsg) bool { return true })) > 0 && r.IntN(4) == 0 {
+			q = event.TransferDeadLetterQueue
 		}
-		if q != log.MainQueue {
+		if q != event.MainQueue {
 			session = ""
 		}
 		if r.IntN(4) == 0 {
@@ -833,7 +833,7 @@ func (h *history) step() {
 				// The receiver's link closed before some of them left.
 				var back []Restored
 				for _, ev := range h.events[from:] {
-					if ev.Type == log.ReceivedAndDeleted && r.IntN(3) > 0 {
+					if ev.Type == event.ReceivedAndDeleted && r.IntN(3) > 0 {
 						back = append(back, h.restored(before[ev.Seq]))
 					}
 				}
@@ -932,9 +932,9 @@ func (h *history) restored(msg mMsg) Restored {
 	for _, idx := range msg.overlays {
 		ov := h.events[idx-1]
 		switch ov.Type {
-		case log.DeadLettered, log.TransferDeadLettered:
+		case event.DeadLettered, event.TransferDeadLettered:
 			out.Reason, out.Description = ov.Reason, ov.Description
-		case log.Forwarded, log.Restored:
+		case event.Forwarded, event.Restored:
 			out.Reason, out.Description, out.Source = ov.Reason, ov.Description, ov.Name
 		}
 		out.Props = append(out.Props, ov.Props...)
@@ -944,7 +944,7 @@ func (h *history) restored(msg mMsg) Restored {
 
 // someToken returns a current lock token most of the time, and otherwise a
 // stale or made-up one.
-func (h *history) someToken() (uint32, log.LockToken) {
+func (h *history) someToken() (uint32, event.LockToken) {
 	var held []*mMsg
 	for _, msg := range h.m.msgs {
 		if msg.state == index.Locked {
@@ -953,7 +953,7 @@ func (h *history) someToken() (uint32, log.LockToken) {
 	}
 	slices.SortFunc(held, func(a, b *mMsg) int { return cmp.Compare(a.seq, b.seq) })
 	if len(held) == 0 || h.rng.IntN(6) == 0 {
-		return uint32(h.rng.IntN(log.QueueGroup)), index.MakeToken(uint64(h.rng.IntN(len(h.events)+1)), h.rng.Uint64())
+		return uint32(h.rng.IntN(event.QueueGroup)), index.MakeToken(uint64(h.rng.IntN(len(h.events)+1)), h.rng.Uint64())
 	}
 	msg := held[h.rng.IntN(len(held))]
 	return msg.queue, msg.token
@@ -970,7 +970,7 @@ var modelConfigs = map[string]Config{
 
 func newHistory(seed uint64, cfg Config, fail func(string, ...any)) *history {
 	h := &history{rng: rand.New(rand.NewPCG(seed, seed*7+1)), e: New(), m: newModel(),
-		now: 1_700_000_000 * int64(time.Second), records: map[uint64]log.Event{}, fail: fail}
+		now: 1_700_000_000 * int64(time.Second), records: map[uint64]event.Event{}, fail: fail}
 	h.run(Configure{Name: "q", Config: cfg})
 	return h
 }

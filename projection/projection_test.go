@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // TestAgainstModel runs thousands of random operation sequences against the
@@ -18,11 +18,11 @@ func TestAgainstModel(t *testing.T) {
 	if testing.Short() {
 		steps = 500
 	}
-	seen := map[log.Type]int{}
+	seen := map[event.Type]int{}
 	defer func() {
 		// Every event type must have come up, or the test proves little.
-		for _, typ := range log.Types() {
-			if typ != log.EntityDeleted && seen[typ] == 0 {
+		for _, typ := range event.Types() {
+			if typ != event.EntityDeleted && seen[typ] == 0 {
 				t.Errorf("no %s event in any history", typ)
 			}
 		}
@@ -108,7 +108,7 @@ func firstSession(e *Entity) string {
 	return ""
 }
 
-func replay(t *testing.T, evs []log.Event) *Entity {
+func replay(t *testing.T, evs []event.Event) *Entity {
 	t.Helper()
 	e := New()
 	for i := range evs {
@@ -170,7 +170,7 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 func TestSettleAfterTheSessionLockRanOut(t *testing.T) {
 	e := New()
 	var index uint64
-	run := func(cmd Command, at int64) ([]log.Event, error) {
+	run := func(cmd Command, at int64) ([]event.Event, error) {
 		t.Helper()
 		evs, err := e.Decide(cmd, at)
 		for i := range evs {
@@ -188,18 +188,18 @@ func TestSettleAfterTheSessionLockRanOut(t *testing.T) {
 	if _, err := run(Configure{Name: "q", Config: cfg}, start); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run(Send{Queue: log.MainQueue, Messages: []Message{{Body: []byte("m"), SessionID: "s"}}}, start); err != nil {
+	if _, err := run(Send{Queue: event.MainQueue, Messages: []Message{{Body: []byte("m"), SessionID: "s"}}}, start); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run(AcceptSession{Queue: log.MainQueue, SessionID: "s", Receiver: "r"}, start); err != nil {
+	if _, err := run(AcceptSession{Queue: event.MainQueue, SessionID: "s", Receiver: "r"}, start); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := run(Lock{Queue: log.MainQueue, Receiver: "r", Session: "s", Max: 1, Limit: index, Nonce: 7}, start)
-	if err != nil || len(evs) != 1 || evs[0].Type != log.Locked {
+	evs, err := run(Lock{Queue: event.MainQueue, Receiver: "r", Session: "s", Max: 1, Limit: index, Nonce: 7}, start)
+	if err != nil || len(evs) != 1 || evs[0].Type != event.Locked {
 		t.Fatalf("lock: %v %v", evs, err)
 	}
 	later := start + int64(cfg.LockDuration) + 1
-	if _, err := run(Settle{Queue: log.MainQueue, Token: evs[0].Token, Outcome: Complete}, later); !errors.Is(err, ErrSessionLockLost) {
+	if _, err := run(Settle{Queue: event.MainQueue, Token: evs[0].Token, Outcome: Complete}, later); !errors.Is(err, ErrSessionLockLost) {
 		t.Fatalf("complete after the session lock ran out: %v", err)
 	}
 }
@@ -214,7 +214,7 @@ func TestSnapshotWithDamagedSessionNumberingRefused(t *testing.T) {
 	e := New()
 	idx := uint64(0)
 	now := int64(1_700_000_000_000_000_000)
-	apply := func(ev log.Event) {
+	apply := func(ev event.Event) {
 		t.Helper()
 		idx++
 		ev.Index, ev.Time = idx, now
@@ -222,8 +222,8 @@ func TestSnapshotWithDamagedSessionNumberingRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	apply(log.Event{Type: log.EntityCreated, Name: "q", Props: cfg.Encode()})
-	apply(log.Event{Type: log.Enqueued, SessionID: "a"}) // seq 2, session number 1
+	apply(event.Event{Type: event.EntityCreated, Name: "q", Props: cfg.Encode()})
+	apply(event.Event{Type: event.Enqueued, SessionID: "a"}) // seq 2, session number 1
 	// The hostile part: the same state with next = 2^32-1.
 	raw := e.Encode(nil)
 	mark := []byte{1, 1, 0, 1} // has-sessions, next=1, no free numbers, 1 session

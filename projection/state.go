@@ -4,13 +4,14 @@ import (
 	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
+
 	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // Entity is the state of one entity log: its config, its queues (the queue
 // itself, its dead-letter and its transfer dead-letter subqueue; see
-// log.QueueGroup) and the duplicate-detection window.
+// event.QueueGroup) and the duplicate-detection window.
 type Entity struct {
 	name    string
 	cfg     Config
@@ -22,7 +23,7 @@ type Entity struct {
 	forwarded map[uint64]uint64
 	// via is, per entity that forwards here (by lower-case name), the
 	// MessageIds its duplicate detection accepted: it stores nothing of its
-	// own, so its memory is kept where its messages went (log.Remembered).
+	// own, so its memory is kept where its messages went (event.Remembered).
 	// Each window forgets as new ids arrive through it; one that stopped
 	// forwarding here keeps its last window's ids.
 	via      map[string]*index.Dedup
@@ -55,15 +56,15 @@ type Queue struct {
 // Ref points at a log record.
 type Ref struct {
 	Index uint64
-	Pos   log.Position
+	Pos   event.Position
 }
 
 // New returns the empty state of an entity log.
 func New() *Entity {
 	e := &Entity{cfg: DefaultConfig(), dedup: index.NewDedup(), forwarded: map[uint64]uint64{},
 		via: map[string]*index.Dedup{}}
-	e.queues = []*Queue{newQueue(log.MainQueue, false), newQueue(log.DeadLetterQueue, false),
-		newQueue(log.TransferDeadLetterQueue, false)}
+	e.queues = []*Queue{newQueue(event.MainQueue, false), newQueue(event.DeadLetterQueue, false),
+		newQueue(event.TransferDeadLetterQueue, false)}
 	return e
 }
 
@@ -109,13 +110,13 @@ func (e *Entity) Queue(no uint32) *Queue {
 }
 
 // deadLetterQueueOf is the dead-letter subqueue of queue no's group.
-func deadLetterQueueOf(no uint32) uint32 { return log.SubqueueOf(no, log.KindDeadLetter) }
+func deadLetterQueueOf(no uint32) uint32 { return event.SubqueueOf(no, event.KindDeadLetter) }
 
 // isDeadLetterQueue reports whether queue no is a dead-letter subqueue, the
 // plain one or the transfer one: nothing is sent there, nothing there is
 // dead-lettered again or expires, and a message's arrival there is the
 // record that moved it.
-func isDeadLetterQueue(no uint32) bool { return log.KindOf(no) != log.KindMessages }
+func isDeadLetterQueue(no uint32) bool { return event.KindOf(no) != event.KindMessages }
 
 // IsDeadLetterQueue reports whether queue number no is a dead-letter queue
 // (plain or transfer).

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // Dead-letter reasons for a message that ForwardDeadLetteredMessagesTo
@@ -25,7 +25,7 @@ const (
 // DeadLetterReason and DeadLetterErrorDescription.
 type TransferDeadLetter struct {
 	Queue       uint32
-	Token       log.LockToken
+	Token       event.LockToken
 	Reason      string
 	Description string
 }
@@ -37,14 +37,14 @@ func (d *decision) transferDeadLetter(c TransferDeadLetter) error {
 	if err != nil {
 		return err
 	}
-	if log.KindOf(c.Queue) != log.KindDeadLetter {
+	if event.KindOf(c.Queue) != event.KindDeadLetter {
 		return fmt.Errorf("%w: only a dead-letter queue's messages move to its transfer dead-letter queue", ErrNotAllowed)
 	}
 	seq, _, err := d.heldLock(q, c.Token)
 	if err != nil {
 		return err
 	}
-	d.emit(log.Event{Type: log.TransferDeadLettered, Queue: c.Queue, Seq: seq, Reason: c.Reason,
+	d.emit(event.Event{Type: event.TransferDeadLettered, Queue: c.Queue, Seq: seq, Reason: c.Reason,
 		Description: c.Description})
 	return nil
 }
@@ -52,13 +52,13 @@ func (d *decision) transferDeadLetter(c TransferDeadLetter) error {
 // transferDeadLetter moves a message from a dead-letter queue to the
 // transfer dead-letter subqueue of its group, keeping its SequenceNumber,
 // delivery count and overlays; the event is one more overlay.
-func (e *Entity) transferDeadLetter(q *Queue, ev *log.Event, m index.Meta) error {
-	if log.KindOf(q.No) != log.KindDeadLetter {
+func (e *Entity) transferDeadLetter(q *Queue, ev *event.Event, m index.Meta) error {
+	if event.KindOf(q.No) != event.KindDeadLetter {
 		return fmt.Errorf("event %d: message %d of queue %d is not in a dead-letter queue", ev.Index, ev.Seq, q.No)
 	}
 	overlays := q.overlays[ev.Seq]
 	q.remove(ev.Seq, m)
-	tdlq := e.queues[log.SubqueueOf(q.No, log.KindTransferDeadLetter)]
+	tdlq := e.queues[event.SubqueueOf(q.No, event.KindTransferDeadLetter)]
 	tdlq.add(ev.Seq, index.Meta{Pos: m.Pos, Deliveries: m.Deliveries, State: index.Available}, "")
 	tdlq.overlays[ev.Seq] = append(overlays, Ref{Index: ev.Index, Pos: ev.Pos})
 	return nil

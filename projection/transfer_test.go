@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // States encoded by earlier versions decode to the state they were:
@@ -15,7 +15,7 @@ import (
 // subqueue: two queues) with that subqueue empty too.
 func TestDecodesStateOfVersion2(t *testing.T) {
 	h := newHistory(3, modelConfigs["ttl-dedup-dlq"], t.Fatalf)
-	for len(h.events) < 300 || h.e.Queue(log.DeadLetterQueue).Counts().Total == 0 {
+	for len(h.events) < 300 || h.e.Queue(event.DeadLetterQueue).Counts().Total == 0 {
 		h.step()
 	}
 	e := replay(t, h.events)
@@ -46,7 +46,7 @@ func TestDecodesStateOfVersion2(t *testing.T) {
 	}
 
 	// Empty the transfer dead-letter queue, as it is in any older state.
-	e.queues[log.TransferDeadLetterQueue] = newQueue(log.TransferDeadLetterQueue, false)
+	e.queues[event.TransferDeadLetterQueue] = newQueue(event.TransferDeadLetterQueue, false)
 	full := e.Encode(nil)
 	old := append([]byte{2}, header[1:]...)
 	old = binary.AppendUvarint(old, 2)

@@ -3,7 +3,7 @@ package snapshot
 import (
 	"fmt"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -12,7 +12,7 @@ import (
 type Source interface {
 	FirstIndex() uint64
 	LastIndex() uint64
-	ScanFrom(from uint64, fn func(*log.Event) error) error
+	ScanFrom(from uint64, fn func(*event.Event) error) error
 }
 
 // Rebuilt reports how a state was rebuilt.
@@ -46,7 +46,7 @@ func Rebuild(dir string, src Source) (*projection.Entity, Rebuilt, error) {
 			return nil, rep, fmt.Errorf("the log starts at %d and no snapshot covers the events before it", first)
 		}
 	}
-	err = src.ScanFrom(from, func(ev *log.Event) error {
+	err = src.ScanFrom(from, func(ev *event.Event) error {
 		rep.Replayed++
 		return st.Apply(ev)
 	})

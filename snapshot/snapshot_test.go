@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -26,7 +27,7 @@ func applier(t testing.TB, e *projection.Entity) func(projection.Command) {
 		for i := range evs {
 			idx++
 			evs[i].Index = idx
-			evs[i].Pos = log.Position{Offset: uint32(idx * 100), Size: 50}
+			evs[i].Pos = event.Position{Offset: uint32(idx * 100), Size: 50}
 			if err := e.Apply(&evs[i]); err != nil {
 				t.Fatal(err)
 			}
@@ -223,8 +224,8 @@ func TestSnapshotBeyondACutLogIsSetAside(t *testing.T) {
 	// Repair, accepting the loss of indexes 6..11.
 	ro, _ := log.OpenReadOnly(logDir)
 	seg := ro.Segments()[0].Path
-	var pos log.Position
-	ro.Scan(6, 6, func(e *log.Event) error { pos = e.Pos; return nil })
+	var pos event.Position
+	ro.Scan(6, 6, func(e *event.Event) error { pos = e.Pos; return nil })
 	ro.Close()
 	b, _ := os.ReadFile(seg)
 	b[pos.Offset+15] ^= 1
@@ -270,7 +271,7 @@ func TestSnapshotBeyondACutLogIsSetAside(t *testing.T) {
 	}
 	if !bytes.Equal(got.Encode(nil), want) {
 		t.Fatalf("restart loaded stale snapshot %d: state %+v, but the log says %+v",
-			rb.Snapshot, got.Queue(log.MainQueue).Counts(), st.Queue(log.MainQueue).Counts())
+			rb.Snapshot, got.Queue(event.MainQueue).Counts(), st.Queue(event.MainQueue).Counts())
 	}
 }
 
@@ -312,6 +313,6 @@ func TestHighlyCompressibleStateLoads(t *testing.T) {
 // cutLog is an empty log whose records up to first-1 were truncated.
 type cutLog struct{ first, last uint64 }
 
-func (c cutLog) FirstIndex() uint64                            { return c.first }
-func (c cutLog) LastIndex() uint64                             { return c.last }
-func (c cutLog) ScanFrom(uint64, func(*log.Event) error) error { return nil }
+func (c cutLog) FirstIndex() uint64                              { return c.first }
+func (c cutLog) LastIndex() uint64                               { return c.last }
+func (c cutLog) ScanFrom(uint64, func(*event.Event) error) error { return nil }

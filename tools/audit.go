@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // AuditOptions name the message to audit: by SequenceNumber (any number it
@@ -93,9 +94,9 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 	scheduledAs := map[uint64]uint64{}
 	var roots []uint64
 	var logEnd int64
-	dmg, err := recs.walk(1, 0, func(ev *log.Event, _ string) error {
+	dmg, err := recs.walk(1, 0, func(ev *event.Event, _ string) error {
 		logEnd = ev.Time
-		if ev.Type == log.Activated || ev.Type == log.Restored {
+		if ev.Type == event.Activated || ev.Type == event.Restored {
 			activatedAs[ev.Seq], scheduledAs[ev.Index] = ev.Index, ev.Seq
 		}
 		if opts.MessageID != "" && hasMessage(ev.Type) && ev.MessageID == opts.MessageID {
@@ -127,8 +128,8 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 	}
 
 	// Pass 2: every event about those messages.
-	_, err = recs.walk(1, 0, func(ev *log.Event, source string) error {
-		if ev.Type == log.SessionLockRenewed {
+	_, err = recs.walk(1, 0, func(ev *event.Event, source string) error {
+		if ev.Type == event.SessionLockRenewed {
 			for _, l := range out {
 				if l.stage == "locked" && l.SessionID != "" && l.SessionID == ev.SessionID && l.queue == ev.Queue {
 					l.step(ev, fmt.Sprintf("session lock renewed until %s (%s), and the message lock with it",
@@ -190,7 +191,7 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 }
 
 // step records ev with its description.
-func (l *Life) step(ev *log.Event, what string) {
+func (l *Life) step(ev *event.Event, what string) {
 	source := l.source
 	if source == "" {
 		source = SourceLog
@@ -208,7 +209,7 @@ func (l *Life) step(ev *log.Event, what string) {
 }
 
 // follow applies one event about the message to what is known of it.
-func (l *Life) follow(ev *log.Event) {
+func (l *Life) follow(ev *event.Event) {
 	until := func(at int64) string { return fmt.Sprintf("%s (%s)", formatTime(at), relative(at, ev.Time)) }
 	unlocked := func() {
 		l.stage, l.receiver, l.lockUntil = "available", "", 0
@@ -217,10 +218,10 @@ func (l *Life) follow(ev *log.Event) {
 		}
 	}
 	switch ev.Type {
-	case log.Enqueued, log.Scheduled:
+	case event.Enqueued, event.Scheduled:
 		l.MessageID, l.SessionID, l.Size, l.queue = ev.MessageID, ev.SessionID, len(ev.Message), ev.Queue
 		var b strings.Builder
-		if ev.Type == log.Enqueued {
+		if ev.Type == event.Enqueued {
 			l.stage = "available"
 			fmt.Fprintf(&b, "enqueued as seq %d in %s", ev.Index, QueueName(ev.Queue))
 		} else {
@@ -228,14 +229,14 @@ func (l *Life) follow(ev *log.Event) {
 			fmt.Fprintf(&b, "scheduled as seq %d for %s", ev.Index, until(ev.Until))
 		}
 		l.describeMessage(&b, ev)
-		if ev.Type == log.Enqueued && ev.Until != 0 {
+		if ev.Type == event.Enqueued && ev.Until != 0 {
 			fmt.Fprintf(&b, ", expires %s", until(ev.Until))
 		}
 		if ev.TTL != 0 {
 			fmt.Fprintf(&b, ", time to live %s once active", time.Duration(ev.TTL))
 		}
 		l.step(ev, b.String())
-	case log.Forwarded:
+	case event.Forwarded:
 		l.MessageID, l.SessionID, l.Size, l.queue = ev.MessageID, ev.SessionID, len(ev.Message), ev.Queue
 		l.stage = "available"
 		var b strings.Builder
@@ -246,7 +247,7 @@ func (l *Life) follow(ev *log.Event) {
 			fmt.Fprintf(&b, ", expires %s", until(ev.Until))
 		}
 		l.step(ev, b.String())
-	case log.Activated:
+	case event.Activated:
 		l.MessageID, l.SessionID, l.Size, l.queue = ev.MessageID, ev.SessionID, len(ev.Message), ev.Queue
 		l.stage, l.Deliveries = "available", 0
 		var b strings.Builder
@@ -255,39 +256,39 @@ func (l *Life) follow(ev *log.Event) {
 			fmt.Fprintf(&b, ", expires %s", until(ev.Until))
 		}
 		l.step(ev, b.String())
-	case log.Restored:
+	case event.Restored:
 		l.stage, l.Outcome, l.queue, l.Deliveries = "available", "", ev.Queue, int(ev.Deliveries)
 		l.step(ev, fmt.Sprintf("restored: its receive-and-delete delivery never left (the link closed); seq %d is now seq %d in %s",
 			ev.Seq, ev.Index, QueueName(ev.Queue)))
-	case log.ScheduleCancelled:
+	case event.ScheduleCancelled:
 		l.stage, l.Outcome = "", "cancelled"
 		l.step(ev, "cancelled before its activation")
-	case log.Locked:
+	case event.Locked:
 		l.stage, l.receiver, l.lockUntil = "locked", ev.Receiver, ev.Until
 		l.step(ev, fmt.Sprintf("locked by %s until %s, delivery attempt %d, token %s",
 			quoteIfNeeded(ev.Receiver), until(ev.Until), l.Deliveries+1, FormatToken(ev.Token)))
-	case log.LockRenewed:
+	case event.LockRenewed:
 		l.lockUntil = ev.Until
 		l.step(ev, "lock renewed until "+until(ev.Until))
-	case log.LockExpired:
+	case event.LockExpired:
 		l.Deliveries++
 		unlocked()
 		l.step(ev, fmt.Sprintf("lock expired: failed deliveries now %d", l.Deliveries))
-	case log.Abandoned:
+	case event.Abandoned:
 		l.Deliveries++
 		unlocked()
 		l.step(ev, fmt.Sprintf("abandoned: failed deliveries now %d%s", l.Deliveries, propsNote(ev)))
-	case log.Released:
+	case event.Released:
 		unlocked()
 		l.step(ev, "released without counting a delivery")
-	case log.Deferred:
+	case event.Deferred:
 		l.deferred = true
 		unlocked()
 		l.step(ev, "deferred: now received only by its SequenceNumber"+propsNote(ev))
-	case log.DeadLettered, log.TransferDeadLettered:
-		to, verb := log.SubqueueOf(ev.Queue, log.KindDeadLetter), "dead-lettered"
-		if ev.Type == log.TransferDeadLettered {
-			to, verb = log.SubqueueOf(ev.Queue, log.KindTransferDeadLetter), "could not be forwarded; transfer dead-lettered"
+	case event.DeadLettered, event.TransferDeadLettered:
+		to, verb := event.SubqueueOf(ev.Queue, event.KindDeadLetter), "dead-lettered"
+		if ev.Type == event.TransferDeadLettered {
+			to, verb = event.SubqueueOf(ev.Queue, event.KindTransferDeadLetter), "could not be forwarded; transfer dead-lettered"
 		}
 		l.queue, l.deferred, l.reason = to, false, ev.Reason
 		unlocked()
@@ -296,22 +297,22 @@ func (l *Life) follow(ev *log.Event) {
 			what += ", description " + quoteIfNeeded(ev.Description)
 		}
 		l.step(ev, what+propsNote(ev))
-	case log.Completed:
+	case event.Completed:
 		l.stage, l.Outcome = "", "completed"
 		l.step(ev, "completed")
-	case log.ReceivedAndDeleted:
+	case event.ReceivedAndDeleted:
 		l.stage, l.Outcome = "", "received-and-deleted"
 		l.step(ev, "received and deleted by "+quoteIfNeeded(ev.Receiver))
-	case log.Expired:
+	case event.Expired:
 		l.stage, l.Outcome = "", "expired"
 		l.step(ev, "expired: its time to live ran out")
-	case log.Deleted:
+	case event.Deleted:
 		l.stage, l.Outcome = "", "deleted"
 		l.step(ev, "deleted unread by a batch delete (a purge) in "+QueueName(ev.Queue))
 	}
 }
 
-func (l *Life) describeMessage(b *strings.Builder, ev *log.Event) {
+func (l *Life) describeMessage(b *strings.Builder, ev *event.Event) {
 	if ev.MessageID != "" {
 		fmt.Fprintf(b, ", id %s", quoteIfNeeded(ev.MessageID))
 	}
@@ -321,7 +322,7 @@ func (l *Life) describeMessage(b *strings.Builder, ev *log.Event) {
 	fmt.Fprintf(b, ", %d bytes", len(ev.Message))
 }
 
-func propsNote(ev *log.Event) string {
+func propsNote(ev *event.Event) string {
 	if len(ev.Props) == 0 {
 		return ""
 	}
@@ -330,7 +331,7 @@ func propsNote(ev *log.Event) string {
 
 // finish states how the life ends, or where the message stands at the end
 // of the log (logEnd).
-func (l *Life) finish(logEnd int64, recs *records, dmg *Damage) {
+func (l *Life) finish(logEnd int64, recs *records, dmg *log.Damage) {
 	if l.Steps[0].Seq != l.Seqs[0] || !slices.Contains([]string{"enqueued", "scheduled"}, l.Steps[0].Type) {
 		where := "in the log"
 		if len(recs.held) > 0 {
@@ -343,16 +344,16 @@ func (l *Life) finish(logEnd int64, recs *records, dmg *Damage) {
 		l.Notes = append(l.Notes, fmt.Sprintf("the log is unreadable from index %d, so later steps may be missing: %v", dmg.Index, dmg))
 	}
 	if l.stage == "" {
-		switch log.KindOf(l.queue) {
-		case log.KindDeadLetter:
+		switch event.KindOf(l.queue) {
+		case event.KindDeadLetter:
 			l.State = l.Outcome + " from the dead-letter queue"
-		case log.KindTransferDeadLetter:
+		case event.KindTransferDeadLetter:
 			l.State = l.Outcome + " from the transfer dead-letter queue"
 		}
 		return
 	}
 	l.Outcome = "pending"
-	if log.KindOf(l.queue) != log.KindMessages {
+	if event.KindOf(l.queue) != event.KindMessages {
 		l.Outcome = "dead-lettered"
 	}
 	switch l.stage {
@@ -418,7 +419,7 @@ func fromState(data, entity string, lives []*Life) {
 	for _, l := range gapped {
 		seq := l.Seqs[len(l.Seqs)-1]
 		found := false
-		for _, no := range log.GroupOf(l.queue) {
+		for _, no := range event.GroupOf(l.queue) {
 			q := r.State.Queue(no)
 			if q == nil {
 				continue
@@ -430,7 +431,7 @@ func fromState(data, entity string, lives []*Life) {
 			found = true
 			l.queue = no
 			l.Outcome = "pending"
-			if log.KindOf(no) != log.KindMessages {
+			if event.KindOf(no) != event.KindMessages {
 				l.Outcome = "dead-lettered"
 			}
 			l.State = fmt.Sprintf("%s in %s", m.State, QueueName(no))

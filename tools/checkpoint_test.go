@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -24,7 +24,7 @@ func TestCheckpointsInReplayAndVerify(t *testing.T) {
 	s := newSceneWith(t, broker.Options{Dir: dir, SegmentSize: 4 << 10, IdleCheckpoint: 50 * time.Millisecond,
 		OnSnapshot: func(broker.SnapshotStats) { snapshots.Add(1) }})
 	e := s.queue("orders", projection.DefaultConfig())
-	rc := s.receiver(e, log.MainQueue, "r", broker.PeekLock)
+	rc := s.receiver(e, event.MainQueue, "r", broker.PeekLock)
 	for i := range 60 {
 		s.send(e, msg(fmt.Sprint("m", i), strings.Repeat("x", 200)))
 		rc.settle(rc.take(), projection.Complete, "")

@@ -18,6 +18,7 @@ import (
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/tools/compaction"
 )
@@ -90,7 +91,7 @@ func buildCompacted(t testing.TB) (compactedScene, error) {
 	cfg := projection.DefaultConfig()
 	cfg.LockDuration = 30 * time.Second
 	orders := s.queue("orders", cfg)
-	r := s.receiver(orders, log.MainQueue, "r", broker.PeekLock)
+	r := s.receiver(orders, event.MainQueue, "r", broker.PeekLock)
 	s.send(orders, msg("d-0", "poison"))
 	s.advance(time.Second)
 	d := r.take()
@@ -157,7 +158,7 @@ func phase2(t testing.TB, dir string, at time.Time, d1 uint64) {
 		t.Fatal(err)
 	}
 	ch := make(chan []broker.Delivery, 1)
-	orders.ReceiveDeferred(log.MainQueue, "late", "", []uint64{d1}, broker.PeekLock, func(ds []broker.Delivery, err error) {
+	orders.ReceiveDeferred(event.MainQueue, "late", "", []uint64{d1}, broker.PeekLock, func(ds []broker.Delivery, err error) {
 		if err != nil {
 			t.Errorf("receive deferred: %v", err)
 		}
@@ -168,8 +169,8 @@ func phase2(t testing.TB, dir string, at time.Time, d1 uint64) {
 		t.Fatalf("received %+v", ds)
 	}
 	s.advance(time.Second)
-	s.settle(orders, log.MainQueue, ds[0], projection.Complete, "")
-	r := s.receiver(orders, log.MainQueue, "r2", broker.PeekLock)
+	s.settle(orders, event.MainQueue, ds[0], projection.Complete, "")
+	r := s.receiver(orders, event.MainQueue, "r2", broker.PeekLock)
 	filler(s, orders, r, "g", compactedFiller)
 	s.close()
 }
@@ -256,7 +257,7 @@ func TestReplayCompactedShowsArchived(t *testing.T) {
 
 	// Filters apply to archived records as to the log's.
 	recs, _ = replayJSON(t, cs.data, ReplayOptions{Entity: "orders", From: Point{Index: 3}, To: Point{Index: 320},
-		Types: []log.Type{log.Enqueued}})
+		Types: []event.Type{event.Enqueued}})
 	var got []string
 	for _, r := range recs {
 		got = append(got, fmt.Sprintf("%d/%s/%s", r.Index, r.Type, r.Source))
@@ -289,7 +290,7 @@ func TestReplayRetainedEqualsUncompacted(t *testing.T) {
 		{"orders", ReplayOptions{Entity: "orders", Bodies: true}},
 		{"range", ReplayOptions{Entity: "orders", From: Point{Index: 3}, To: Point{Index: 330}}},
 		{"late", ReplayOptions{Entity: "orders", From: Point{Index: 250}}},
-		{"types", ReplayOptions{Entity: "orders", Types: []log.Type{log.Locked, log.Abandoned, log.Deferred, log.DeadLettered}}},
+		{"types", ReplayOptions{Entity: "orders", Types: []event.Type{event.Locked, event.Abandoned, event.Deferred, event.DeadLettered}}},
 		{"time", ReplayOptions{Entity: "orders", From: Point{Time: sceneEpoch.Add(9 * time.Second).UnixNano()},
 			To: Point{Time: sceneEpoch.Add(12 * time.Second).UnixNano()}}},
 	} {
@@ -633,20 +634,20 @@ func TestVerifyArchivePastLogStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var same, other []byte
-	ro.Scan(320, 330, func(ev *log.Event) error {
+	ro.Scan(320, 330, func(ev *event.Event) error {
 		switch ev.Index {
 		case 320:
-			same = log.AppendRecord(nil, ev)
+			same = event.AppendRecord(nil, ev)
 		case 330:
 			ev.Time++
-			other = log.AppendRecord(nil, ev)
+			other = event.AppendRecord(nil, ev)
 		}
 		return nil
 	})
 	ro.Close()
-	beyond := log.Event{Type: log.Enqueued, Index: 400, Time: sceneEpoch.UnixNano() + 100e9, MessageID: "x"}
+	beyond := event.Event{Type: event.Enqueued, Index: 400, Time: sceneEpoch.UnixNano() + 100e9, MessageID: "x"}
 	if err := log.WriteArchive(filepath.Join(layout.ArchiveDir(e.Dir), "arc-00000000000000000400.wba"),
-		[][]byte{log.AppendRecord(nil, &two), same, other, log.AppendRecord(nil, &beyond)}); err != nil {
+		[][]byte{event.AppendRecord(nil, &two), same, other, event.AppendRecord(nil, &beyond)}); err != nil {
 		t.Fatal(err)
 	}
 	wantExactly(t, verifyUnchanged(t, data),
@@ -686,7 +687,7 @@ func TestVerifyKeptRecordFromArchive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, ok := r.State.Queue(log.MainQueue).Message(first)
+	m, ok := r.State.Queue(event.MainQueue).Message(first)
 	if !ok || r.recs.first != first {
 		t.Fatalf("message %d: %v; the log starts at %d", first, ok, r.recs.first)
 	}
@@ -713,9 +714,9 @@ func TestVerifyKeptRecordFromArchive(t *testing.T) {
 			t.Fatal(err)
 		}
 		if idx == first {
-			ev.Type, ev.Seq = log.Completed, first
+			ev.Type, ev.Seq = event.Completed, first
 		}
-		recs = append(recs, log.AppendRecord(nil, &ev))
+		recs = append(recs, event.AppendRecord(nil, &ev))
 	}
 	a.Close()
 	if err := log.WriteArchive(arc, recs); err != nil {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -84,7 +85,7 @@ func ReadCatalog(data string) (*Catalog, error) {
 	} else if ro, err := log.OpenReadOnly(nsDir); err != nil {
 		c.NamespaceDamage = err
 	} else {
-		dmg, err := readLog(ro, 1, 0, func(ev *log.Event, _ string) error {
+		dmg, err := readLog(ro, 1, 0, func(ev *event.Event, _ string) error {
 			applyNamespace(live, data, ev)
 			return nil
 		})
@@ -116,21 +117,21 @@ func ReadCatalog(data string) (*Catalog, error) {
 
 // applyNamespace follows one namespace event the way broker.Open does.
 // Events it cannot make sense of are left to verify to report.
-func applyNamespace(live map[uint64]*EntityInfo, data string, ev *log.Event) {
+func applyNamespace(live map[uint64]*EntityInfo, data string, ev *event.Event) {
 	switch ev.Type {
-	case log.EntityCreated:
+	case event.EntityCreated:
 		var spec entitySpec
 		_ = json.Unmarshal(ev.Props, &spec)
 		live[ev.Index] = &EntityInfo{Name: ev.Name, ID: ev.Index, Kind: spec.Kind, Config: spec.Config,
 			Dir: layout.EntityDir(data, ev.Index), Created: ev.Time}
-	case log.EntityUpdated:
+	case event.EntityUpdated:
 		if e := findLive(live, ev.Name); e != nil {
 			var spec entitySpec
 			if json.Unmarshal(ev.Props, &spec) == nil {
 				e.Kind, e.Config = spec.Kind, spec.Config
 			}
 		}
-	case log.EntityDeleted:
+	case event.EntityDeleted:
 		if e := findLive(live, ev.Name); e != nil {
 			delete(live, e.ID)
 		}
@@ -191,11 +192,11 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 // dead-letter subqueue.
 func QueueName(no uint32) string {
 	switch no {
-	case log.MainQueue:
+	case event.MainQueue:
 		return "main"
-	case log.DeadLetterQueue:
+	case event.DeadLetterQueue:
 		return "dlq"
-	case log.TransferDeadLetterQueue:
+	case event.TransferDeadLetterQueue:
 		return "tdlq"
 	}
 	return "q" + strconv.FormatUint(uint64(no), 10)

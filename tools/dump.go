@@ -12,6 +12,7 @@ import (
 
 	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/snapshot"
 	"github.com/walbus/walbus/tools/compaction"
 )
@@ -187,7 +188,7 @@ func dumpArchives(dir, pattern string) ([]ArchiveDump, int64) {
 			continue
 		}
 		ad.First, ad.Last, ad.Records = a.First(), a.Last(), a.Len()
-		counts := map[log.Type]int{}
+		counts := map[event.Type]int{}
 		bad := 0
 		var buf []byte
 		for _, idx := range a.Indexes() {
@@ -200,7 +201,7 @@ func dumpArchives(dir, pattern string) ([]ArchiveDump, int64) {
 				continue
 			}
 			counts[ev.Type]++
-			buf = log.AppendRecord(buf[:0], &ev)
+			buf = event.AppendRecord(buf[:0], &ev)
 			ad.RawSize += int64(uvarintLen(len(buf)) + len(buf)) // as a block holds it
 		}
 		a.Close()
@@ -246,7 +247,7 @@ func dumpLog(label, data, dir, snapDir string) LogDump {
 	} else {
 		for _, s := range ro.Segments() {
 			sd := SegmentDump{Name: filepath.Base(s.Path), Size: s.Size}
-			counts := map[log.Type]int{}
+			counts := map[event.Type]int{}
 			prob, err := ro.WalkSegment(s.First, func(rec log.RecordInfo) error {
 				if sd.Records == 0 {
 					sd.First = rec.Event.Index

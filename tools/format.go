@@ -10,7 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // EventRecord is one event as replay prints it in JSON: the envelope and the
@@ -107,7 +107,7 @@ func (p BodyPreview) text(size int) string {
 }
 
 // FormatToken renders a lock token as a GUID, the way the SDKs print it.
-func FormatToken(t log.LockToken) string {
+func FormatToken(t event.LockToken) string {
 	h := hex.EncodeToString(t[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
@@ -125,38 +125,38 @@ func rfc3339(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC333
 
 // seqOf is the message an event is about: its own index for the events that
 // create a message.
-func seqOf(ev *log.Event) uint64 {
+func seqOf(ev *event.Event) uint64 {
 	if ev.Type.CreatesMessage() {
 		return ev.Index
 	}
 	switch ev.Type {
-	case log.EntityCreated, log.EntityUpdated, log.EntityDeleted, log.Remembered,
-		log.SessionLocked, log.SessionLockRenewed, log.SessionUnlocked, log.SessionStateSet:
+	case event.EntityCreated, event.EntityUpdated, event.EntityDeleted, event.Remembered,
+		event.SessionLocked, event.SessionLockRenewed, event.SessionUnlocked, event.SessionStateSet:
 		return 0
 	}
 	return ev.Seq
 }
 
-func isNamespaceType(t log.Type) bool {
-	return t == log.EntityCreated || t == log.EntityUpdated || t == log.EntityDeleted
+func isNamespaceType(t event.Type) bool {
+	return t == event.EntityCreated || t == event.EntityUpdated || t == event.EntityDeleted
 }
 
 // hasQueue says whether events of type t are about one of the entity's
 // queues.
-func hasQueue(t log.Type) bool {
-	return !isNamespaceType(t) && t != log.Checkpoint && t != log.Remembered
+func hasQueue(t event.Type) bool {
+	return !isNamespaceType(t) && t != event.Checkpoint && t != event.Remembered
 }
 
-func hasMessage(t log.Type) bool { return t.CreatesMessage() }
+func hasMessage(t event.Type) bool { return t.CreatesMessage() }
 
 // eventRecord builds the JSON form of ev.
-func eventRecord(ev *log.Event, c eventContext) EventRecord {
+func eventRecord(ev *event.Event, c eventContext) EventRecord {
 	source := c.source
 	if source == "" {
 		source = SourceLog
 	}
 	r := EventRecord{Log: c.label, Source: source, Index: ev.Index, Time: rfc3339(ev.Time), Type: ev.Type.String(),
-		Continued: ev.Flags&log.FlagContinued != 0, Seq: seqOf(ev),
+		Continued: ev.Flags&event.FlagContinued != 0, Seq: seqOf(ev),
 		MessageID: ev.MessageID, SessionID: ev.SessionID, Receiver: ev.Receiver,
 		Reason: ev.Reason, Description: ev.Description, Name: ev.Name, Hops: ev.Hops}
 	if hasQueue(ev.Type) {
@@ -166,31 +166,31 @@ func eventRecord(ev *log.Event, c eventContext) EventRecord {
 		r.Deliveries = &c.deliveries
 	}
 	switch ev.Type {
-	case log.EntityCreated, log.EntityUpdated:
+	case event.EntityCreated, event.EntityUpdated:
 		if json.Valid(ev.Props) {
 			r.Spec = json.RawMessage(append([]byte(nil), ev.Props...))
 		}
-	case log.Enqueued, log.Activated, log.Forwarded, log.Restored:
+	case event.Enqueued, event.Activated, event.Forwarded, event.Restored:
 		if ev.Until != 0 {
 			r.Expires = rfc3339(ev.Until)
 		}
-	case log.Scheduled:
+	case event.Scheduled:
 		r.ScheduledFor = rfc3339(ev.Until)
 		if ev.TTL != 0 {
 			r.TTL = time.Duration(ev.TTL).String()
 		}
-	case log.Locked, log.LockRenewed, log.SessionLocked, log.SessionLockRenewed:
+	case event.Locked, event.LockRenewed, event.SessionLocked, event.SessionLockRenewed:
 		r.LockedUntil = rfc3339(ev.Until)
-	case log.SessionStateSet:
+	case event.SessionStateSet:
 		n := len(ev.State)
 		r.StateSize = &n
-	case log.Remembered:
+	case event.Remembered:
 		r.RememberedUntil = rfc3339(ev.Until)
 	}
-	if ev.Type == log.Activated || ev.Type == log.Forwarded || ev.Type == log.Restored {
+	if ev.Type == event.Activated || ev.Type == event.Forwarded || ev.Type == event.Restored {
 		r.From = ev.Seq
 	}
-	if ev.Type == log.Locked {
+	if ev.Type == event.Locked {
 		r.LockToken = FormatToken(ev.Token)
 	}
 	if !isNamespaceType(ev.Type) {
@@ -209,7 +209,7 @@ func eventRecord(ev *log.Event, c eventContext) EventRecord {
 
 // eventDetails renders the fields of ev for people: key=value pairs, times
 // relative to the event's own time.
-func eventDetails(ev *log.Event, c eventContext) string {
+func eventDetails(ev *event.Event, c eventContext) string {
 	var b strings.Builder
 	add := func(key, val string) {
 		if b.Len() > 0 {
@@ -221,20 +221,20 @@ func eventDetails(ev *log.Event, c eventContext) string {
 	}
 	rel := func(at int64) string { return relative(at, ev.Time) }
 	switch ev.Type {
-	case log.EntityCreated, log.EntityUpdated, log.EntityDeleted:
+	case event.EntityCreated, event.EntityUpdated, event.EntityDeleted:
 		add("name", quoteIfNeeded(ev.Name))
-		if ev.Type != log.EntityDeleted {
+		if ev.Type != event.EntityDeleted {
 			add("spec", string(ev.Props))
 		}
 		return b.String()
-	case log.Activated:
+	case event.Activated:
 		add("from", strconv.FormatUint(ev.Seq, 10))
-	case log.Forwarded:
+	case event.Forwarded:
 		add("from", fmt.Sprintf("%s/%d", quoteIfNeeded(ev.Name), ev.Seq))
 		add("reason", quoteIfNeeded(ev.Reason))
-	case log.Restored:
+	case event.Restored:
 		add("from", strconv.FormatUint(ev.Seq, 10))
-	case log.Remembered:
+	case event.Remembered:
 		add("via", quoteIfNeeded(ev.Name))
 		add("id", quoteIfNeeded(ev.MessageID))
 		add("until", rel(ev.Until))
@@ -252,38 +252,38 @@ func eventDetails(ev *log.Event, c eventContext) string {
 		}
 	}
 	switch ev.Type {
-	case log.Enqueued, log.Activated, log.Forwarded, log.Restored:
+	case event.Enqueued, event.Activated, event.Forwarded, event.Restored:
 		if ev.Until != 0 {
 			add("expires", rel(ev.Until))
 		}
-	case log.Scheduled:
+	case event.Scheduled:
 		add("at", rel(ev.Until))
 		if ev.TTL != 0 {
 			add("ttl", time.Duration(ev.TTL).String())
 		}
-	case log.Locked:
+	case event.Locked:
 		add("receiver", quoteIfNeeded(ev.Receiver))
 		add("until", rel(ev.Until))
 		add("token", FormatToken(ev.Token))
-	case log.LockRenewed:
+	case event.LockRenewed:
 		add("until", rel(ev.Until))
-	case log.DeadLettered, log.TransferDeadLettered:
+	case event.DeadLettered, event.TransferDeadLettered:
 		add("reason", quoteIfNeeded(ev.Reason))
 		if ev.Description != "" {
 			add("description", quoteIfNeeded(ev.Description))
 		}
-	case log.ReceivedAndDeleted:
+	case event.ReceivedAndDeleted:
 		add("receiver", quoteIfNeeded(ev.Receiver))
-	case log.SessionLocked:
+	case event.SessionLocked:
 		add("session", quoteIfNeeded(ev.SessionID))
 		add("receiver", quoteIfNeeded(ev.Receiver))
 		add("until", rel(ev.Until))
-	case log.SessionLockRenewed:
+	case event.SessionLockRenewed:
 		add("session", quoteIfNeeded(ev.SessionID))
 		add("until", rel(ev.Until))
-	case log.SessionUnlocked:
+	case event.SessionUnlocked:
 		add("session", quoteIfNeeded(ev.SessionID))
-	case log.SessionStateSet:
+	case event.SessionStateSet:
 		add("session", quoteIfNeeded(ev.SessionID))
 		add("state", fmt.Sprintf("%dB", len(ev.State)))
 	}
@@ -338,13 +338,13 @@ var (
 
 func longestTypeName() int {
 	n := 0
-	for _, t := range log.Types() {
+	for _, t := range event.Types() {
 		n = max(n, len(t.String()))
 	}
 	return n
 }
 
-func textLine(ev *log.Event, c eventContext) string {
+func textLine(ev *event.Event, c eventContext) string {
 	queue, seq := "-", "-"
 	if hasQueue(ev.Type) {
 		queue = QueueName(ev.Queue)

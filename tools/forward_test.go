@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -17,7 +17,7 @@ import (
 // the directory, replay shows where the message came from, and audit of it
 // in "dst" starts with its arrival.
 func TestToolsOnForwardedMessages(t *testing.T) {
-	data := deadLetterForwarded(t, projection.DefaultConfig(), "body", log.DeadLetterQueue, 0)
+	data := deadLetterForwarded(t, projection.DefaultConfig(), "body", event.DeadLetterQueue, 0)
 
 	if f := verifyUnchanged(t, data); len(f) != 0 {
 		t.Fatalf("findings on a directory with a forwarded message:\n%s", sprintLines(f))
@@ -50,13 +50,13 @@ func TestToolsOnRestoredMessages(t *testing.T) {
 	s := newSceneWith(t, broker.Options{Dir: data})
 	q := s.queue("q", projection.DefaultConfig())
 	s.send(q, msg("m", "body"))
-	d := s.receiver(q, log.MainQueue, "rd", broker.ReceiveAndDelete).take()
+	d := s.receiver(q, event.MainQueue, "rd", broker.ReceiveAndDelete).take()
 	done := make(chan error, 1)
 	q.Restore([]broker.Delivery{d}, func(err error) { done <- err })
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	r := s.receiver(q, log.MainQueue, "r", broker.PeekLock)
+	r := s.receiver(q, event.MainQueue, "r", broker.PeekLock)
 	again := r.take()
 	if again.MessageID != "m" || again.Seq == d.Seq {
 		t.Fatalf("after the restore: message %q seq %d (was %d)", again.MessageID, again.Seq, d.Seq)
@@ -89,7 +89,7 @@ func TestToolsOnRestoredMessages(t *testing.T) {
 func TestToolsOnTransferDeadLetteredMessages(t *testing.T) {
 	small := projection.DefaultConfig()
 	small.MaxMessageSize = 10
-	data := deadLetterForwarded(t, small, "a body longer than ten bytes", log.TransferDeadLetterQueue, 1)
+	data := deadLetterForwarded(t, small, "a body longer than ten bytes", event.TransferDeadLetterQueue, 1)
 
 	if f := verifyUnchanged(t, data); len(f) != 0 {
 		t.Fatalf("findings on a directory with a transfer dead-lettered message:\n%s", sprintLines(f))
@@ -133,7 +133,7 @@ func deadLetterForwarded(t *testing.T, dstCfg projection.Config, body string, qu
 	cfg.ForwardDeadLetteredMessagesTo = "dst"
 	src := s.queue("src", cfg)
 	s.send(src, msg("m", body))
-	r := s.receiver(src, log.MainQueue, "r", broker.PeekLock)
+	r := s.receiver(src, event.MainQueue, "r", broker.PeekLock)
 	r.settle(r.take(), projection.DeadLetter, "poison")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if c, _ := src.Counts(queue); c.Total == want {
@@ -159,7 +159,7 @@ func TestToolsOnDeletedMessages(t *testing.T) {
 	q := s.queue("q", projection.DefaultConfig())
 	s.send(q, msg("gone", "body"), msg("kept", "body"))
 	done := make(chan error, 1)
-	q.Delete(log.MainQueue, 1, math.MaxInt64, "", func(n int, err error) {
+	q.Delete(event.MainQueue, 1, math.MaxInt64, "", func(n int, err error) {
 		if err == nil && n != 1 {
 			err = fmt.Errorf("deleted %d, want 1", n)
 		}
@@ -211,7 +211,7 @@ func TestToolsOnRememberedMessageIDs(t *testing.T) {
 	if strings.Count(out, "remembered") != 1 || !strings.Contains(out, "via=src id=m until=+10m") {
 		t.Fatalf("replay of dst:\n%s", out)
 	}
-	recs, _ := replayJSON(t, data, ReplayOptions{Entity: "dst", Types: []log.Type{log.Remembered}})
+	recs, _ := replayJSON(t, data, ReplayOptions{Entity: "dst", Types: []event.Type{event.Remembered}})
 	if len(recs) != 1 || recs[0].Name != "src" || recs[0].MessageID != "m" ||
 		recs[0].RememberedUntil != sceneEpoch.Add(10*time.Minute).Format(time.RFC3339Nano) || recs[0].Queue != "" {
 		t.Fatalf("replay --json of the remembered event: %+v", recs)

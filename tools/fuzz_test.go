@@ -17,6 +17,7 @@ import (
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
 	"github.com/walbus/walbus/tools/compaction"
@@ -32,7 +33,7 @@ func buildFuzzBase(t testing.TB, dir string) {
 	cfg.MaxDeliveryCount = 2
 	cfg.DefaultTTL = time.Hour
 	q := s.queue("work", cfg)
-	r := s.receiver(q, log.MainQueue, "r", broker.PeekLock)
+	r := s.receiver(q, event.MainQueue, "r", broker.PeekLock)
 	for i := range 14 {
 		s.send(q, msg(fmt.Sprint("w", i), "payload"))
 		s.advance(time.Second)
@@ -195,7 +196,7 @@ func damage(dir string, files []string, ops []byte) {
 		case 8: // a valid record with arbitrary fields at the end of a segment
 			if isSegment(path) {
 				ev := fuzzEvent(arg, val, extra)
-				env := log.AppendRecord(nil, &ev)
+				env := event.AppendRecord(nil, &ev)
 				os.WriteFile(path, append(binary.AppendUvarint(b, uint64(len(env))), env...), 0o640)
 			}
 		case 9: // overwrite with data
@@ -237,13 +238,13 @@ func nearbyName(path string, delta int) string {
 
 // fuzzEvent makes an event that passes every envelope check but may make
 // no sense: the projection has to refuse it, not crash on it.
-func fuzzEvent(arg uint32, val byte, extra []byte) log.Event {
-	types := log.Types()
-	ev := log.Event{Type: types[int(val)%len(types)], Index: uint64(arg % 256), Time: int64(arg) * 1e6,
+func fuzzEvent(arg uint32, val byte, extra []byte) event.Event {
+	types := event.Types()
+	ev := event.Event{Type: types[int(val)%len(types)], Index: uint64(arg % 256), Time: int64(arg) * 1e6,
 		Queue: uint32(val>>4) % 3, Seq: uint64(arg>>8) % 64, Until: int64(arg) << 16, MessageID: "f",
 		SessionID: string(extra[:min(len(extra), 3)]), Name: "work", Props: extra, Message: extra, State: extra}
 	if val&1 == 1 {
-		ev.Flags = log.FlagContinued
+		ev.Flags = event.FlagContinued
 	}
 	if ev.Index == 0 {
 		ev.Index = 1

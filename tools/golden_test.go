@@ -10,7 +10,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // TestGolden runs the tools on the golden scenario (buildGolden) and
@@ -72,7 +72,7 @@ func runGolden(data, retained string, td *datadriven.TestData) (string, error) {
 		}
 		if s := arg("type"); s != "" {
 			for _, name := range strings.Split(s, ",") {
-				typ, ok := log.ParseType(name)
+				typ, ok := event.ParseType(name)
 				if !ok {
 					return "", fmt.Errorf("unknown type %q", name)
 				}

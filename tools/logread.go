@@ -6,37 +6,16 @@ import (
 	"path/filepath"
 
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
-
-// Damage is where a read of a log had to stop: a record that fails its
-// checks, or indexes that no segment file holds.
-type Damage struct {
-	Segment string // file name of the segment, or of the missing one
-	Index   uint64 // the index the damaged or missing record should have had
-	Offset  int64  // byte offset in the segment, -1 when not about one place
-	Reason  string
-	// Tail is true for a torn tail: damage in the last segment with nothing
-	// valid after it, which the server cuts away on open.
-	Tail bool
-}
-
-func (d *Damage) Error() string {
-	kind := "corrupt"
-	if d.Tail {
-		kind = "torn tail"
-	}
-	if d.Offset < 0 {
-		return fmt.Sprintf("segment %s (index %d): %s: %s", d.Segment, d.Index, kind, d.Reason)
-	}
-	return fmt.Sprintf("segment %s offset %d (index %d): %s: %s", d.Segment, d.Offset, d.Index, kind, d.Reason)
-}
 
 // readLog calls fn for every record of ro with from <= index <= to (to 0: to
 // the end), in order, while the log reads back: it stops at the first
 // damaged record or missing index and returns where that was. An error fn
 // returns stops the walk and is returned as it is. seg is the file name of
 // the record's segment. The event's byte slices are valid during the call.
-func readLog(ro *log.ReadOnly, from, to uint64, fn func(ev *log.Event, seg string) error) (*Damage, error) {
+// The damage names no directory: the caller names the log.
+func readLog(ro *log.ReadOnly, from, to uint64, fn func(ev *event.Event, seg string) error) (*log.Damage, error) {
 	segs := ro.Segments()
 	var want uint64 // the next index; 0 before the first segment read
 	for i, s := range segs {
@@ -49,10 +28,10 @@ func readLog(ro *log.ReadOnly, from, to uint64, fn func(ev *log.Event, seg strin
 		name := filepath.Base(s.Path)
 		if want != 0 && s.First != want {
 			if s.First > want {
-				return &Damage{Segment: log.SegmentName(want), Index: want, Offset: -1,
+				return &log.Damage{Segment: want, Index: want, Offset: -1,
 					Reason: fmt.Sprintf("records %d-%d are in no segment file", want, s.First-1)}, nil
 			}
-			return &Damage{Segment: name, Index: s.First, Offset: -1,
+			return &log.Damage{Segment: s.First, Index: s.First, Offset: -1,
 				Reason: fmt.Sprintf("segment starts at index %d but the one before holds records up to %d", s.First, want-1)}, nil
 		}
 		next := s.First
@@ -79,11 +58,10 @@ func readLog(ro *log.ReadOnly, from, to uint64, fn func(ev *log.Event, seg strin
 			return nil, fnErr
 		}
 		if err != nil {
-			return &Damage{Segment: name, Index: next, Offset: -1, Reason: err.Error()}, nil
+			return &log.Damage{Segment: s.First, Index: next, Offset: -1, Reason: err.Error()}, nil
 		}
 		if prob != nil {
-			return &Damage{Segment: name, Index: prob.Index, Offset: prob.Offset, Reason: prob.Reason,
-				Tail: i == len(segs)-1 && !prob.Followed}, nil
+			return prob, nil
 		}
 		want = next
 	}

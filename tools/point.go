@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // Point is a place in a log: a log index (a SequenceNumber is one) or a time.
@@ -46,7 +46,7 @@ func (p Point) String() string {
 }
 
 // notBefore reports whether ev is at or after p (true when p is unset).
-func (p Point) notBefore(ev *log.Event) bool {
+func (p Point) notBefore(ev *event.Event) bool {
 	switch {
 	case p.Index != 0:
 		return ev.Index >= p.Index
@@ -57,7 +57,7 @@ func (p Point) notBefore(ev *log.Event) bool {
 }
 
 // notAfter reports whether ev is at or before p (true when p is unset).
-func (p Point) notAfter(ev *log.Event) bool {
+func (p Point) notAfter(ev *event.Event) bool {
 	switch {
 	case p.Index != 0:
 		return ev.Index <= p.Index

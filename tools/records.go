@@ -10,6 +10,7 @@ import (
 
 	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/tools/compaction"
 )
 
@@ -142,7 +143,7 @@ func (r *records) openAll(dir, pattern, what string) []*log.Archive {
 // archiveReason is what went wrong with an archive, without the location
 // the caller states anyway.
 func archiveReason(err error) string {
-	var cerr *log.CorruptionError
+	var cerr *log.Damage
 	if errors.As(err, &cerr) {
 		return cerr.Reason
 	}
@@ -168,7 +169,7 @@ func (r *records) close() {
 // then the log's. A held record that does not read back goes to bad and is
 // skipped. Damage in the log stops the walk as in readLog, and an error fn
 // returns is returned (errStop ends the walk quietly).
-func (r *records) walk(from, to uint64, fn func(ev *log.Event, source string) error, bad func(h heldRecord, err error)) (*Damage, error) {
+func (r *records) walk(from, to uint64, fn func(ev *event.Event, source string) error, bad func(h heldRecord, err error)) (*log.Damage, error) {
 	for _, h := range r.held {
 		if h.index < from {
 			continue
@@ -190,7 +191,7 @@ func (r *records) walk(from, to uint64, fn func(ev *log.Event, source string) er
 			return nil, err
 		}
 	}
-	return readLog(r.ro, from, to, func(ev *log.Event, _ string) error { return fn(ev, SourceLog) })
+	return readLog(r.ro, from, to, func(ev *event.Event, _ string) error { return fn(ev, SourceLog) })
 }
 
 // read returns the record at index, which the state says sits at pos in the
@@ -198,7 +199,7 @@ func (r *records) walk(from, to uint64, fn func(ev *log.Event, source string) er
 // newest archive holding it when it is at or before the log's first index
 // (the log's first record after a compaction has a stale position), else
 // from the log. from is the archive read, nil for the log.
-func (r *records) read(index uint64, pos log.Position) (ev log.Event, from *log.Archive, err error) {
+func (r *records) read(index uint64, pos event.Position) (ev event.Event, from *log.Archive, err error) {
 	if index <= r.first {
 		for _, a := range r.archives {
 			if a.Has(index) {
@@ -207,7 +208,7 @@ func (r *records) read(index uint64, pos log.Position) (ev log.Event, from *log.
 			}
 		}
 		if index < r.first {
-			return log.Event{}, nil, fmt.Errorf("record %d is before the log (which starts at %d) and in no archive", index, r.first)
+			return event.Event{}, nil, fmt.Errorf("record %d is before the log (which starts at %d) and in no archive", index, r.first)
 		}
 	}
 	ev, err = r.ro.ReadAt(index, pos)

@@ -11,19 +11,19 @@ import (
 	"strings"
 
 	"github.com/walbus/walbus/broker/layout"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
 )
 
 // ReplayOptions select what Replay prints.
 type ReplayOptions struct {
-	Entity   string     // one entity; "" for the namespace log, then every entity
-	From, To Point      // bounds, inclusive; an index bound applies to each log
-	Types    []log.Type // only these event types; empty for all
-	JSON     bool       // JSON lines instead of a table
-	Bodies   bool       // include a preview of message bodies
-	BodyMax  int        // bytes of body to preview; 0 for DefaultBodyMax
+	Entity   string       // one entity; "" for the namespace log, then every entity
+	From, To Point        // bounds, inclusive; an index bound applies to each log
+	Types    []event.Type // only these event types; empty for all
+	JSON     bool         // JSON lines instead of a table
+	Bodies   bool         // include a preview of message bodies
+	BodyMax  int          // bytes of body to preview; 0 for DefaultBodyMax
 	// Retained is a directory `walbus compact --retain` wrote history to:
 	// the records the compactions dropped are replayed too, in their place.
 	Retained string
@@ -131,12 +131,12 @@ func replayLog(w *bufio.Writer, data, dir, snapDir string, recs *records, opts R
 			st = nil
 		}
 	}
-	dmg, err := recs.walk(from, opts.To.Index, func(ev *log.Event, source string) error {
+	dmg, err := recs.walk(from, opts.To.Index, func(ev *event.Event, source string) error {
 		if !opts.To.notAfter(ev) {
 			stopped = true
 			return errStop
 		}
-		if source == SourceLog && ev.Flags&log.FlagContinued != 0 {
+		if source == SourceLog && ev.Flags&event.FlagContinued != 0 {
 			if groupStart == 0 {
 				groupStart = ev.Index
 			}
@@ -263,7 +263,7 @@ func loadSnapshot(info snapshot.Info) (st *projection.Entity, err error) {
 
 // safeApply applies ev to st, turning a panic (a projection bug met by
 // strange input) into an error: the tools must survive any log.
-func safeApply(st *projection.Entity, ev *log.Event) (err error) {
+func safeApply(st *projection.Entity, ev *event.Event) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("apply panicked: %v", r)
@@ -274,7 +274,7 @@ func safeApply(st *projection.Entity, ev *log.Event) (err error) {
 
 // deliveriesOf is the delivery count of the message ev is about, looked up
 // in its queue and then in the dead-letter queue, or -1 if it is in neither.
-func deliveriesOf(st *projection.Entity, ev *log.Event) int {
+func deliveriesOf(st *projection.Entity, ev *event.Event) int {
 	seq := seqOf(ev)
 	if seq == 0 || isNamespaceType(ev.Type) {
 		return -1

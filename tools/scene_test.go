@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -61,7 +61,7 @@ func (s *scene) queue(name string, cfg projection.Config) *broker.Entity {
 func (s *scene) send(e *broker.Entity, msgs ...projection.Message) {
 	s.t.Helper()
 	ch := make(chan error, 1)
-	e.Send(log.MainQueue, msgs, func(err error) { ch <- err })
+	e.Send(event.MainQueue, msgs, func(err error) { ch <- err })
 	if err := <-ch; err != nil {
 		s.t.Fatalf("send: %v", err)
 	}
@@ -154,7 +154,7 @@ func (s *scene) settle(e *broker.Entity, queue uint32, d broker.Delivery, outcom
 func (rc *receiver) renew(d broker.Delivery) {
 	rc.s.t.Helper()
 	ch := make(chan error, 1)
-	rc.e.Renew(rc.queue, []log.LockToken{d.Token}, func(_ []int64, err error) { ch <- err })
+	rc.e.Renew(rc.queue, []event.LockToken{d.Token}, func(_ []int64, err error) { ch <- err })
 	if err := <-ch; err != nil {
 		rc.s.t.Fatalf("renew %d: %v", d.Seq, err)
 	}
@@ -197,7 +197,7 @@ func buildGolden(t testing.TB, dir string) {
 	sched.ScheduledAt = s.clock.Now().Add(time.Minute).UnixNano()
 	s.send(orders, sched)
 
-	r := s.receiver(orders, log.MainQueue, "r1", broker.PeekLock)
+	r := s.receiver(orders, event.MainQueue, "r1", broker.PeekLock)
 	s.advance(time.Second)
 	d := r.take()
 	expectID(t, d, "m-1")
@@ -223,7 +223,7 @@ func buildGolden(t testing.TB, dir string) {
 	r.settle(d, projection.Defer, "")
 
 	s.advance(time.Minute) // m-5 activates
-	rad := s.receiver(orders, log.MainQueue, "rad", broker.ReceiveAndDelete)
+	rad := s.receiver(orders, event.MainQueue, "rad", broker.ReceiveAndDelete)
 	d = r.take()
 	expectID(t, d, "m-4")
 	s.advance(time.Second)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/walbus/walbus/index"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
 )
@@ -84,26 +85,26 @@ func (r *Rebuilt) run(at Point) error {
 		r.Reached = true
 		return nil
 	}
-	var pending []log.Event // an atomic group still open
+	var pending []event.Event // an atomic group still open
 	var seen uint64
-	apply := func(ev *log.Event) {
+	apply := func(ev *event.Event) {
 		if err := safeApply(st, ev); err != nil {
 			r.notef("index %d does not apply: %v", ev.Index, err)
 		}
 		r.Replayed++
 	}
-	dmg, err := readLog(ro, st.LastIndex()+1, at.Index, func(ev *log.Event, _ string) error {
+	dmg, err := readLog(ro, st.LastIndex()+1, at.Index, func(ev *event.Event, _ string) error {
 		if !at.notAfter(ev) {
 			r.Reached = true
 			return errStop
 		}
 		seen = ev.Index
-		if ev.Flags&log.FlagContinued == 0 && len(pending) == 0 {
+		if ev.Flags&event.FlagContinued == 0 && len(pending) == 0 {
 			apply(ev)
 			return nil
 		}
 		pending = append(pending, cloneEvent(ev))
-		if ev.Flags&log.FlagContinued == 0 {
+		if ev.Flags&event.FlagContinued == 0 {
 			for i := range pending {
 				apply(&pending[i])
 			}
@@ -187,7 +188,7 @@ func tailIndex(ro *log.ReadOnly) uint64 {
 }
 
 // cloneEvent copies ev so it outlives the walk that read it.
-func cloneEvent(ev *log.Event) log.Event {
+func cloneEvent(ev *event.Event) event.Event {
 	c := *ev
 	c.Props = slices.Clone(ev.Props)
 	c.Message = slices.Clone(ev.Message)
@@ -288,11 +289,11 @@ func (r *Rebuilt) Report(opts StateOptions) *StateReport {
 	}
 	rep := &StateReport{Entity: r.Entity.Name, At: opts.At.String(), Index: st.LastIndex(), Time: formatTime(st.LastTime()),
 		AsOf: formatTime(asOf), Snapshot: r.Snapshot, Replayed: r.Replayed, Notes: r.Notes, Damaged: r.Damaged}
-	for _, no := range log.GroupOf(log.MainQueue) {
+	for _, no := range event.GroupOf(event.MainQueue) {
 		q := st.Queue(no)
 		// The transfer dead-letter queue is nearly always empty: shown
 		// only when it is not.
-		if q == nil || no == log.TransferDeadLetterQueue && q.Counts().Total == 0 {
+		if q == nil || no == event.TransferDeadLetterQueue && q.Counts().Total == 0 {
 			continue
 		}
 		rep.Queues = append(rep.Queues, r.queueReport(q, asOf, opts.Max))

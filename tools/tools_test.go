@@ -14,6 +14,7 @@ import (
 
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
 
@@ -63,7 +64,7 @@ func TestAuditExplicitAbandonsAndSharedMessageID(t *testing.T) {
 	q := s.queue("q", cfg)
 	s.send(q, msg("dup", "one"))
 	s.send(q, msg("dup", "two"))
-	r := s.receiver(q, log.MainQueue, "r", broker.PeekLock)
+	r := s.receiver(q, event.MainQueue, "r", broker.PeekLock)
 	for range 3 {
 		s.advance(time.Second)
 		d := r.take()
@@ -132,7 +133,7 @@ func snapshotData(t *testing.T) string {
 	cfg := projection.DefaultConfig()
 	cfg.MaxDeliveryCount = 2
 	q := s.queue("q", cfg)
-	r := s.receiver(q, log.MainQueue, "r", broker.PeekLock)
+	r := s.receiver(q, event.MainQueue, "r", broker.PeekLock)
 	for i := range 30 {
 		s.send(q, msg(fmt.Sprint("m", i), "body"))
 		s.advance(time.Second)
@@ -196,7 +197,7 @@ func stateFromSnapshotsEqualsReplay(t *testing.T, data string) map[uint64]bool {
 	}
 	base := oracle.LastIndex()
 	used := map[uint64]bool{}
-	_, err = readLog(ro, base+1, 0, func(ev *log.Event, _ string) error {
+	_, err = readLog(ro, base+1, 0, func(ev *event.Event, _ string) error {
 		if err := oracle.Apply(ev); err != nil {
 			return err
 		}
@@ -273,7 +274,7 @@ func TestReplayJSONAndDamage(t *testing.T) {
 	out.Reset()
 	var diag bytes.Buffer
 	err := Replay(&out, data, ReplayOptions{Entity: "orders", Diag: &diag})
-	var dmg *Damage
+	var dmg *log.Damage
 	if !errors.As(err, &dmg) || !dmg.Tail || dmg.Index != 23 {
 		t.Fatalf("replay of a torn log: %v", err)
 	}

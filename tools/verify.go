@@ -17,6 +17,7 @@ import (
 	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/index"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
 )
@@ -146,14 +147,14 @@ func (v *verifier) namespace() map[uint64]*EntityInfo {
 		v.add(NamespaceLabel, log.SegmentName(first), first, "the namespace log starts at index %d: its first records are gone", first)
 	}
 	lg := &logCheck{v: v, label: NamespaceLabel}
-	lg.walk(ro, func(ev *log.Event, seg string) {
+	lg.walk(ro, func(ev *event.Event, seg string) {
 		if !isNamespaceType(ev.Type) {
 			lg.eventf(seg, ev.Index, "%s event in the namespace log", ev.Type)
 			return
 		}
 		known := findLive(live, ev.Name)
 		switch ev.Type {
-		case log.EntityCreated, log.EntityUpdated:
+		case event.EntityCreated, event.EntityUpdated:
 			var spec entitySpec
 			if err := json.Unmarshal(ev.Props, &spec); err != nil {
 				lg.eventf(seg, ev.Index, "%s %q: definition does not decode: %v", ev.Type, ev.Name, err)
@@ -162,11 +163,11 @@ func (v *verifier) namespace() map[uint64]*EntityInfo {
 			} else if spec.Kind != "queue" {
 				lg.eventf(seg, ev.Index, "%s %q: unknown kind %q", ev.Type, ev.Name, spec.Kind)
 			}
-			if ev.Type == log.EntityCreated && known != nil {
+			if ev.Type == event.EntityCreated && known != nil {
 				lg.eventf(seg, ev.Index, "entity %q created again (first at index %d) without being deleted", ev.Name, known.ID)
 			}
 		}
-		if ev.Type != log.EntityCreated && known == nil {
+		if ev.Type != event.EntityCreated && known == nil {
 			lg.eventf(seg, ev.Index, "%s of entity %q, which does not exist", ev.Type, ev.Name)
 		}
 		applyNamespace(live, v.data, ev)
@@ -201,7 +202,7 @@ func (lg *logCheck) finish() {
 // walk checks every segment of ro: each record's envelope (WalkSegment),
 // that each segment starts where the one before ended, and how the log
 // ends. visit sees the records of the readable prefix of the log, in order.
-func (lg *logCheck) walk(ro *log.ReadOnly, visit func(ev *log.Event, seg string)) {
+func (lg *logCheck) walk(ro *log.ReadOnly, visit func(ev *event.Event, seg string)) {
 	segs := ro.Segments()
 	readable := true // every record so far was visited, in order
 	var want uint64  // the index the next segment should start at, when known
@@ -224,7 +225,7 @@ func (lg *logCheck) walk(ro *log.ReadOnly, visit func(ev *log.Event, seg string)
 		prob, err := ro.WalkSegment(s.First, func(rec log.RecordInfo) error {
 			count++
 			next = rec.Event.Index + 1
-			if rec.Event.Flags&log.FlagContinued != 0 {
+			if rec.Event.Flags&event.FlagContinued != 0 {
 				if groupStart == 0 {
 					groupStart, groupSeg = rec.Event.Index, name
 				}
@@ -260,7 +261,7 @@ func (lg *logCheck) walk(ro *log.ReadOnly, visit func(ev *log.Event, seg string)
 }
 
 // describeProblem says what the first damage of a segment means.
-func describeProblem(p *log.SegmentProblem, valid int, last bool) string {
+func describeProblem(p *log.Damage, valid int, last bool) string {
 	what := fmt.Sprintf("offset %d: %s", p.Offset, p.Reason)
 	if valid == 0 && p.Offset == 0 && strings.HasPrefix(p.Reason, "record holds index") {
 		what += fmt.Sprintf(", but the file name says the segment starts at %d (a renamed or copied file?)", p.Index)
@@ -355,7 +356,7 @@ func (v *verifier) entity(e EntityInfo) {
 	if c != nil {
 		compare()
 	}
-	lg.walk(ro, func(ev *log.Event, seg string) {
+	lg.walk(ro, func(ev *event.Event, seg string) {
 		if c == nil || ev.Index <= c.st.LastIndex() {
 			return
 		}
@@ -455,13 +456,13 @@ func (c *entityCheck) lookup(seq uint64, queues ...uint32) msgState {
 	return msgState{}
 }
 
-func (c *entityCheck) apply(ev *log.Event, seg string) {
+func (c *entityCheck) apply(ev *event.Event, seg string) {
 	switch {
-	case ev.Index == 1 && ev.Type != log.EntityCreated:
+	case ev.Index == 1 && ev.Type != event.EntityCreated:
 		c.lg.eventf(seg, ev.Index, "the log begins with %s, not entity-created", ev.Type)
-	case ev.Index != 1 && ev.Type == log.EntityCreated:
+	case ev.Index != 1 && ev.Type == event.EntityCreated:
 		c.lg.eventf(seg, ev.Index, "entity-created in the middle of the log")
-	case ev.Type == log.EntityCreated && ev.Name != c.name:
+	case ev.Type == event.EntityCreated && ev.Name != c.name:
 		c.lg.eventf(seg, ev.Index, "the log names the entity %q, the namespace log %q", ev.Name, c.name)
 	}
 	if c.lastTime != 0 && ev.Time < c.lastTime {
@@ -469,7 +470,7 @@ func (c *entityCheck) apply(ev *log.Event, seg string) {
 	}
 	c.lastTime = ev.Time
 	seq := seqOf(ev)
-	group := log.GroupOf(ev.Queue)
+	group := event.GroupOf(ev.Queue)
 	before := c.lookup(seq, group[:]...)
 	if err := safeApply(c.st, ev); err != nil {
 		c.lg.eventf(seg, ev.Index, "%s does not apply: %v", ev.Type, err)
@@ -485,7 +486,7 @@ func (c *entityCheck) apply(ev *log.Event, seg string) {
 		c.lg.eventf(seg, ev.Index, "after %s, message %d is %s but has a lock record: %v", ev.Type, seq, after.meta.State, after.locked)
 	case after.locked && index.TokenSeq(after.lock.Token) != seq:
 		c.lg.eventf(seg, ev.Index, "message %d is locked with a token made for message %d", seq, index.TokenSeq(after.lock.Token))
-	case before.found && ev.Type != log.Activated && after.deliveries < before.deliveries:
+	case before.found && ev.Type != event.Activated && after.deliveries < before.deliveries:
 		c.lg.eventf(seg, ev.Index, "%s took the delivery count of message %d from %d down to %d", ev.Type, seq, before.deliveries, after.deliveries)
 	}
 	for _, no := range group {
@@ -504,7 +505,7 @@ func (c *entityCheck) apply(ev *log.Event, seg string) {
 // exists, and that the state survives its own encoding.
 func (c *entityCheck) full(seg string) {
 	at := c.st.LastIndex()
-	for _, no := range log.GroupOf(log.MainQueue) {
+	for _, no := range event.GroupOf(event.MainQueue) {
 		q := c.st.Queue(no)
 		if q == nil {
 			continue
@@ -524,7 +525,7 @@ func (c *entityCheck) full(seg string) {
 			if _, locked := q.Lock(seq); locked != (m.State == index.Locked) {
 				c.lg.eventf(seg, at, "queue %s: message %d is %s but has a lock record: %v", qn, seq, m.State, locked)
 			}
-			c.record(qn, seq, seq, m.Pos, "its own record", log.Enqueued, log.Scheduled, log.Activated, log.Forwarded, log.Restored)
+			c.record(qn, seq, seq, m.Pos, "its own record", event.Enqueued, event.Scheduled, event.Activated, event.Forwarded, event.Restored)
 			for _, ref := range q.Overlays(seq) {
 				// A forwarded or restored message's own record is also its
 				// first overlay.
@@ -532,8 +533,8 @@ func (c *entityCheck) full(seg string) {
 					c.lg.eventf(seg, at, "queue %s: message %d has an overlay at index %d, outside its life", qn, seq, ref.Index)
 					continue
 				}
-				c.record(qn, seq, ref.Index, ref.Pos, "an overlay", log.Abandoned, log.Deferred, log.DeadLettered, log.Forwarded,
-					log.Restored, log.TransferDeadLettered)
+				c.record(qn, seq, ref.Index, ref.Pos, "an overlay", event.Abandoned, event.Deferred, event.DeadLettered, event.Forwarded,
+					event.Restored, event.TransferDeadLettered)
 			}
 			if m.Session != 0 {
 				if ss := q.Sessions(); ss == nil || ss.ByNo(m.Session) == nil {
@@ -571,8 +572,8 @@ func (c *entityCheck) full(seg string) {
 // where the server reads it from: an archive for a record at or before the
 // log's first index (compaction moved it there; the log's first record then
 // has a stale position), else the log, at the position the state holds.
-func (c *entityCheck) record(qn string, seq, idx uint64, pos log.Position, what string, types ...log.Type) {
-	check := func(file string, ev log.Event, err error, where string) {
+func (c *entityCheck) record(qn string, seq, idx uint64, pos event.Position, what string, types ...event.Type) {
+	check := func(file string, ev event.Event, err error, where string) {
 		switch {
 		case err != nil:
 			c.lg.eventf(file, idx, "queue %s: message %d needs %s at index %d, %s, which does not read back: %s", qn, seq, what, idx, where, archiveReason(err))
@@ -680,9 +681,9 @@ func (v *verifier) pastLogStart(label, name string, a *log.Archive, ro *log.Read
 	for _, idx := range past {
 		want[idx] = true
 	}
-	scanErr := ro.Scan(past[0], past[len(past)-1], func(ev *log.Event) error {
+	scanErr := ro.Scan(past[0], past[len(past)-1], func(ev *event.Event) error {
 		if want[ev.Index] {
-			inLog[ev.Index] = log.AppendRecord(nil, ev)
+			inLog[ev.Index] = event.AppendRecord(nil, ev)
 		}
 		return nil
 	})
@@ -694,7 +695,7 @@ func (v *verifier) pastLogStart(label, name string, a *log.Archive, ro *log.Read
 		case !ok && scanErr == nil:
 			missing = append(missing, idx)
 		case !ok: // damage in the log (reported with it) hides whether it holds the record
-		case !bytes.Equal(rec, log.AppendRecord(nil, &ev)):
+		case !bytes.Equal(rec, event.AppendRecord(nil, &ev)):
 			differs = append(differs, idx)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
 )
@@ -127,9 +128,9 @@ func segPath(e EntityInfo, first uint64) string {
 
 // appendRecord adds ev to the segment file at path in tidwall's framing (a
 // uvarint length, then the envelope).
-func appendRecord(t *testing.T, path string, ev log.Event) {
+func appendRecord(t *testing.T, path string, ev event.Event) {
 	t.Helper()
-	env := log.AppendRecord(nil, &ev)
+	env := event.AppendRecord(nil, &ev)
 	mutate(t, path, func(b []byte) []byte { return append(binary.AppendUvarint(b, uint64(len(env))), env...) })
 }
 
@@ -214,7 +215,7 @@ func TestVerifySnapshotDiffersFromLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dmg, err := readLog(ro, 1, 0, func(ev *log.Event, _ string) error {
+	dmg, err := readLog(ro, 1, 0, func(ev *event.Event, _ string) error {
 		if ev.Index == 22 {
 			return nil
 		}
@@ -237,7 +238,7 @@ func TestVerifySnapshotDiffersFromLog(t *testing.T) {
 func TestVerifyEventThatDoesNotApply(t *testing.T) {
 	data := copyTree(t, goldenDir(t))
 	e := entityDirOf(t, data, "orders")
-	appendRecord(t, segPath(e, 20), log.Event{Type: log.Completed, Index: 24, Time: sceneEpoch.UnixNano() + 200e9, Seq: 99})
+	appendRecord(t, segPath(e, 20), event.Event{Type: event.Completed, Index: 24, Time: sceneEpoch.UnixNano() + 200e9, Seq: 99})
 	f := verifyUnchanged(t, data)
 	wantFinding(t, f, "orders/00000000000000000020/24: completed does not apply", "no message 99")
 }
@@ -245,7 +246,7 @@ func TestVerifyEventThatDoesNotApply(t *testing.T) {
 func TestVerifyUnfinishedGroup(t *testing.T) {
 	data := copyTree(t, goldenDir(t))
 	e := entityDirOf(t, data, "orders")
-	appendRecord(t, segPath(e, 20), log.Event{Type: log.Enqueued, Flags: log.FlagContinued, Index: 24,
+	appendRecord(t, segPath(e, 20), event.Event{Type: event.Enqueued, Flags: event.FlagContinued, Index: 24,
 		Time: sceneEpoch.UnixNano() + 200e9, MessageID: "half", Message: []byte("x")})
 	f := verifyUnchanged(t, data)
 	wantFinding(t, f, "orders/00000000000000000020/24: unfinished atomic group from index 24")

@@ -19,7 +19,9 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
+
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 )
 
 // runWalbus runs the binary to completion and returns its exit status and
@@ -329,7 +331,7 @@ func TestRepairFlag(t *testing.T) {
 	enqueued := 0
 	for _, sg := range ro.Segments() {
 		ro.WalkSegment(sg.First, func(rec log.RecordInfo) error {
-			if rec.Event.Type == log.Enqueued {
+			if rec.Event.Type == event.Enqueued {
 				if enqueued++; enqueued == 4 {
 					at, seg = rec.Offset+int64(rec.Size)/2, sg.Path
 				}

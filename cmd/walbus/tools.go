@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/tools"
 )
 
@@ -73,7 +73,7 @@ DIR lists the history files walbus compact --retain DIR kept, too.`,
 
 func typeNames() string {
 	var names []string
-	for _, t := range log.Types() {
+	for _, t := range event.Types() {
 		names = append(names, t.String())
 	}
 	return strings.Join(names, ", ")
@@ -199,7 +199,7 @@ func runTool(name string, args []string, stdout, stderr io.Writer) int {
 		}
 		if f.types != "" {
 			for _, s := range strings.Split(f.types, ",") {
-				t, ok := log.ParseType(strings.TrimSpace(s))
+				t, ok := event.ParseType(strings.TrimSpace(s))
 				if !ok {
 					return usageErr("--type: unknown event type %q (types: %s)", s, typeNames())
 				}

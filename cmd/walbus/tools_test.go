@@ -12,6 +12,7 @@ import (
 
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/tools/compaction"
 )
@@ -42,7 +43,7 @@ func ordersQueue(t *testing.T, opts broker.Options) (*broker.Broker, *broker.Ent
 func sendWait(t *testing.T, q *broker.Entity, msgs ...projection.Message) {
 	t.Helper()
 	sent := make(chan error, 1)
-	q.Send(log.MainQueue, msgs, func(err error) { sent <- err })
+	q.Send(event.MainQueue, msgs, func(err error) { sent <- err })
 	if err := <-sent; err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func sendWait(t *testing.T, q *broker.Entity, msgs ...projection.Message) {
 func settleWait(t *testing.T, q *broker.Entity, d broker.Delivery, outcome projection.Outcome) {
 	t.Helper()
 	done := make(chan error, 1)
-	q.Settle(log.MainQueue, broker.Settlement{Token: d.Token, Outcome: outcome}, func(err error) { done <- err })
+	q.Settle(event.MainQueue, broker.Settlement{Token: d.Token, Outcome: outcome}, func(err error) { done <- err })
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func TestToolVerifyFindings(t *testing.T) {
 	}
 	var at int64
 	ro.WalkSegment(1, func(rec log.RecordInfo) error {
-		if rec.Event.Type == log.Completed {
+		if rec.Event.Type == event.Completed {
 			at = rec.Offset + int64(rec.Size) - 1
 		}
 		return nil

@@ -27,6 +27,7 @@ import (
 
 	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
 )
@@ -114,13 +115,13 @@ func Entities(dataDir string) ([]EntityDir, error) {
 	}
 	defer ns.Close()
 	live := map[string]EntityDir{} // by lower-case name
-	err = ns.Scan(1, 0, func(ev *log.Event) error {
+	err = ns.Scan(1, 0, func(ev *event.Event) error {
 		key := strings.ToLower(ev.Name)
 		switch ev.Type {
-		case log.EntityCreated:
+		case event.EntityCreated:
 			live[key] = EntityDir{Name: ev.Name, ID: ev.Index,
 				Dir: layout.EntityDir(dataDir, ev.Index)}
-		case log.EntityDeleted:
+		case event.EntityDeleted:
 			delete(live, key)
 		}
 		return nil
@@ -207,7 +208,7 @@ func compactEntity(e EntityDir, opts Options) (Report, error) {
 		for _, ref := range needed {
 			ev, err := readRecord(l, archives, ref)
 			if err == nil {
-				buf = log.AppendRecord(buf[:0], &ev)
+				buf = event.AppendRecord(buf[:0], &ev)
 				err = w.Add(buf)
 			}
 			if err != nil {
@@ -294,7 +295,7 @@ func neededBelow(st *projection.Entity, cut uint64) []projection.Ref {
 
 // readRecord reads a needed record from the log or, if compaction moved it
 // before, from an archive.
-func readRecord(l *log.Log, archives []*log.Archive, ref projection.Ref) (log.Event, error) {
+func readRecord(l *log.Log, archives []*log.Archive, ref projection.Ref) (event.Event, error) {
 	if first := l.FirstIndex(); ref.Index <= first {
 		if ev, ok, err := log.ReadArchived(archives, ref.Index); ok || ref.Index < first {
 			if !ok {
@@ -355,8 +356,8 @@ func retainHistory(l *log.Log, archives []*log.Archive, needed []projection.Ref,
 		return "", err
 	}
 	var buf []byte
-	add := func(ev *log.Event) error {
-		buf = log.AppendRecord(buf[:0], ev)
+	add := func(ev *event.Event) error {
+		buf = event.AppendRecord(buf[:0], ev)
 		return w.Add(buf)
 	}
 	for _, idx := range dropped {
@@ -370,7 +371,7 @@ func retainHistory(l *log.Log, archives []*log.Archive, needed []projection.Ref,
 		}
 	}
 	if first < cut {
-		err = l.Scan(first, func(ev *log.Event) error {
+		err = l.Scan(first, func(ev *event.Event) error {
 			if ev.Index >= cut {
 				return errStop
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/index"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/tools/compaction"
 )
@@ -28,13 +29,13 @@ func TestCompactMillionMessagesOnePercentDeferred(t *testing.T) {
 		for i := range msgs {
 			msgs[i] = message(uint64(sent+i), 100)
 		}
-		h.do(projection.Send{Queue: log.MainQueue, Messages: msgs})
-		locked := h.do(projection.Lock{Queue: log.MainQueue, Receiver: "r", Max: batch, Limit: ^uint64(0), Nonce: uint64(sent)})
+		h.do(projection.Send{Queue: event.MainQueue, Messages: msgs})
+		locked := h.do(projection.Lock{Queue: event.MainQueue, Receiver: "r", Max: batch, Limit: ^uint64(0), Nonce: uint64(sent)})
 		if len(locked) != batch {
 			t.Fatalf("locked %d of %d", len(locked), batch)
 		}
 		for i, ev := range locked {
-			s := projection.Settle{Queue: log.MainQueue, Token: ev.Token, Outcome: projection.Complete}
+			s := projection.Settle{Queue: event.MainQueue, Token: ev.Token, Outcome: projection.Complete}
 			if (sent+i)%100 == 0 {
 				s.Outcome, s.Props = projection.Defer, props("kept")
 				deferred = append(deferred, ev.Seq)
@@ -73,13 +74,13 @@ func TestCompactMillionMessagesOnePercentDeferred(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counts, err := e.Counts(log.MainQueue)
+	counts, err := e.Counts(event.MainQueue)
 	if err != nil || counts.Deferred != uint64(len(deferred)) || counts.Total != uint64(len(deferred)) {
 		t.Fatalf("counts after compaction %+v (%v), want %d deferred", counts, err, len(deferred))
 	}
 	for chunk := range slices.Chunk(deferred, 500) {
 		ch := make(chan []broker.Delivery, 1)
-		e.ReceiveDeferred(log.MainQueue, "after", "", chunk, broker.PeekLock, func(ds []broker.Delivery, err error) {
+		e.ReceiveDeferred(event.MainQueue, "after", "", chunk, broker.PeekLock, func(ds []broker.Delivery, err error) {
 			if err != nil {
 				t.Errorf("receive deferred %d..: %v", chunk[0], err)
 			}
@@ -103,13 +104,13 @@ func TestCompactMillionMessagesOnePercentDeferred(t *testing.T) {
 				t.Fatalf("deferred %d received in state %v (deferred %v)", d.Seq, d.State, d.Deferred)
 			}
 			settled := make(chan error, 1)
-			e.Settle(log.MainQueue, broker.Settlement{Token: d.Token, Outcome: projection.Complete}, func(err error) { settled <- err })
+			e.Settle(event.MainQueue, broker.Settlement{Token: d.Token, Outcome: projection.Complete}, func(err error) { settled <- err })
 			if err := <-settled; err != nil {
 				t.Fatalf("complete deferred %d: %v", d.Seq, err)
 			}
 		}
 	}
-	if counts, _ := e.Counts(log.MainQueue); counts.Total != 0 {
+	if counts, _ := e.Counts(event.MainQueue); counts.Total != 0 {
 		t.Fatalf("after completing every deferred message: %+v", counts)
 	}
 }
@@ -120,13 +121,13 @@ func TestCompactMillionMessagesOnePercentDeferred(t *testing.T) {
 // queue.
 type random struct {
 	*history
-	tokens map[uint64]log.LockToken // seq -> token of locks we hold
+	tokens map[uint64]event.LockToken // seq -> token of locks we hold
 	nextID uint64
 }
 
 // try decides and appends cmd, accepting that it may fail (a lock that
 // expired meanwhile); that is part of a random history too.
-func (r *random) try(cmd projection.Command) []log.Event {
+func (r *random) try(cmd projection.Command) []event.Event {
 	evs, err := r.st.Decide(cmd, r.now)
 	if err != nil || len(evs) == 0 {
 		return nil
@@ -152,7 +153,7 @@ func (r *random) pick(s []uint64) (uint64, bool) {
 	return s[r.rng.IntN(len(s))], true
 }
 
-func (r *random) held() (uint64, log.LockToken, bool) {
+func (r *random) held() (uint64, event.LockToken, bool) {
 	var seqs []uint64
 	for seq := range r.tokens {
 		seqs = append(seqs, seq)
@@ -162,9 +163,9 @@ func (r *random) held() (uint64, log.LockToken, bool) {
 	return seq, r.tokens[seq], ok
 }
 
-func (r *random) lockedEvents(evs []log.Event) {
+func (r *random) lockedEvents(evs []event.Event) {
 	for _, ev := range evs {
-		if ev.Type == log.Locked {
+		if ev.Type == event.Locked {
 			r.tokens[ev.Seq] = ev.Token
 		}
 	}
@@ -185,11 +186,11 @@ func (r *random) step() {
 				msgs[i].TTL = time.Duration(5+rng.IntN(60)) * time.Second
 			}
 		}
-		r.do(projection.Send{Queue: log.MainQueue, Messages: msgs})
+		r.do(projection.Send{Queue: event.MainQueue, Messages: msgs})
 	case n < 45:
-		queue := log.MainQueue
+		queue := event.MainQueue
 		if rng.IntN(5) == 0 {
-			queue = log.DeadLetterQueue
+			queue = event.DeadLetterQueue
 		}
 		r.lockedEvents(r.try(projection.Lock{Queue: queue, Receiver: "r", Max: 1 + rng.IntN(4), Limit: ^uint64(0), Nonce: rng.Uint64()}))
 	case n < 75:
@@ -198,9 +199,9 @@ func (r *random) step() {
 			return
 		}
 		delete(r.tokens, seq)
-		queue := log.MainQueue
-		if r.lockedIn(log.DeadLetterQueue, seq) {
-			queue = log.DeadLetterQueue
+		queue := event.MainQueue
+		if r.lockedIn(event.DeadLetterQueue, seq) {
+			queue = event.DeadLetterQueue
 		}
 		s := projection.Settle{Queue: queue, Token: token, Outcome: projection.Outcome(1 + rng.IntN(5))}
 		if rng.IntN(2) == 0 && s.Outcome != projection.Complete && s.Outcome != projection.Release {
@@ -212,24 +213,24 @@ func (r *random) step() {
 		r.try(s)
 	case n < 80:
 		if seq, token, ok := r.held(); ok {
-			if r.try(projection.Renew{Queue: log.MainQueue, Token: token}) == nil {
+			if r.try(projection.Renew{Queue: event.MainQueue, Token: token}) == nil {
 				delete(r.tokens, seq)
 			}
 		}
 	case n < 85:
-		if seq, ok := r.pick(r.seqs(log.MainQueue, index.Deferred, false)); ok {
-			r.lockedEvents(r.try(projection.LockBySeq{Queue: log.MainQueue, Receiver: "r", Seqs: []uint64{seq},
+		if seq, ok := r.pick(r.seqs(event.MainQueue, index.Deferred, false)); ok {
+			r.lockedEvents(r.try(projection.LockBySeq{Queue: event.MainQueue, Receiver: "r", Seqs: []uint64{seq},
 				PeekLock: rng.IntN(3) > 0, Nonce: rng.Uint64()}))
 		}
 	case n < 88:
-		r.try(projection.ReceiveAndDelete{Queue: log.MainQueue, Receiver: "r", Max: 1 + rng.IntN(2), Limit: ^uint64(0)})
+		r.try(projection.ReceiveAndDelete{Queue: event.MainQueue, Receiver: "r", Max: 1 + rng.IntN(2), Limit: ^uint64(0)})
 	case n < 91:
-		if seq, ok := r.pick(r.seqs(log.MainQueue, index.Scheduled, false)); ok {
-			r.try(projection.Cancel{Queue: log.MainQueue, Seqs: []uint64{seq}})
+		if seq, ok := r.pick(r.seqs(event.MainQueue, index.Scheduled, false)); ok {
+			r.try(projection.Cancel{Queue: event.MainQueue, Seqs: []uint64{seq}})
 		}
 	default: // time passes: activations, lock and message expiry
 		r.advance(time.Duration(rng.IntN(20_000)) * time.Millisecond)
-		for _, seq := range r.st.DueScheduled(log.MainQueue, r.now) {
+		for _, seq := range r.st.DueScheduled(event.MainQueue, r.now) {
 			if rec, ok := r.scheduled[seq]; ok {
 				r.try(projection.Activate{Queue: rec.Queue, Seq: seq, Record: rec})
 			}
@@ -257,7 +258,7 @@ func randomConfig() projection.Config {
 // overlays, in both queues.
 func TestCompactPreservesEveryLiveMessage(t *testing.T) {
 	for seed := range uint64(8) {
-		r := &random{history: newHistory(t, randomConfig(), 8<<10, seed), tokens: map[uint64]log.LockToken{}}
+		r := &random{history: newHistory(t, randomConfig(), 8<<10, seed), tokens: map[uint64]event.LockToken{}}
 		for round := range 6 {
 			for range 300 + r.rng.IntN(300) {
 				r.step()
@@ -289,10 +290,10 @@ func TestCompactPreservesEveryLiveMessage(t *testing.T) {
 // With --retain, nothing is lost: the retained history, the archives and
 // the log together hold every record ever written, byte for byte.
 func TestRetainKeepsTheWholeHistory(t *testing.T) {
-	r := &random{history: newHistory(t, randomConfig(), 8<<10, 42), tokens: map[uint64]log.LockToken{}}
+	r := &random{history: newHistory(t, randomConfig(), 8<<10, 42), tokens: map[uint64]event.LockToken{}}
 	r.all = map[uint64][]byte{}
-	err := r.l.Scan(r.l.FirstIndex(), func(ev *log.Event) error {
-		r.all[ev.Index] = log.AppendRecord(nil, ev)
+	err := r.l.Scan(r.l.FirstIndex(), func(ev *event.Event) error {
+		r.all[ev.Index] = event.AppendRecord(nil, ev)
 		return nil
 	})
 	if err != nil {
@@ -337,15 +338,15 @@ func TestRetainKeepsTheWholeHistory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			add(p, idx, log.AppendRecord(nil, &ev))
+			add(p, idx, event.AppendRecord(nil, &ev))
 		}
 		a.Close()
 	}
-	err = r.l.Scan(r.l.FirstIndex(), func(ev *log.Event) error {
+	err = r.l.Scan(r.l.FirstIndex(), func(ev *event.Event) error {
 		if ev.Index == r.l.FirstIndex() {
 			return nil // its position is stale after the truncation; the archive has it if needed
 		}
-		add("log", ev.Index, log.AppendRecord(nil, ev))
+		add("log", ev.Index, event.AppendRecord(nil, ev))
 		return nil
 	})
 	if err != nil {
@@ -363,7 +364,7 @@ func TestRetainKeepsTheWholeHistory(t *testing.T) {
 // directory as it was or as it would be after: every live message reads
 // back the same, the broker starts, and compacting again finishes the job.
 func TestCompactSurvivesKill(t *testing.T) {
-	r := &random{history: newHistory(t, randomConfig(), 8<<10, 7), tokens: map[uint64]log.LockToken{}}
+	r := &random{history: newHistory(t, randomConfig(), 8<<10, 7), tokens: map[uint64]event.LockToken{}}
 	for range 3000 {
 		r.step()
 	}
@@ -457,14 +458,14 @@ func TestServerTruncatesPastArchivedMessages(t *testing.T) {
 	h := newHistory(t, projection.DefaultConfig(), 8<<10, 3)
 	var deferred []uint64
 	for i := range 200 {
-		h.do(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{message(uint64(i), 100)}})
-		ev := h.do(projection.Lock{Queue: log.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0), Nonce: uint64(i)})[0]
+		h.do(projection.Send{Queue: event.MainQueue, Messages: []projection.Message{message(uint64(i), 100)}})
+		ev := h.do(projection.Lock{Queue: event.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0), Nonce: uint64(i)})[0]
 		outcome := projection.Complete
 		if i%50 == 0 {
 			outcome = projection.Defer
 			deferred = append(deferred, ev.Seq)
 		}
-		h.do(projection.Settle{Queue: log.MainQueue, Token: ev.Token, Outcome: outcome})
+		h.do(projection.Settle{Queue: event.MainQueue, Token: ev.Token, Outcome: outcome})
 	}
 	h.close()
 	if _, err := compaction.Compact(h.data, compaction.Options{}); err != nil {
@@ -490,7 +491,7 @@ func TestServerTruncatesPastArchivedMessages(t *testing.T) {
 	const traffic = 5000
 	for i := range traffic {
 		sent := make(chan error, 1)
-		e.Send(log.MainQueue, []projection.Message{message(uint64(1000+i), 100)}, func(err error) { sent <- err })
+		e.Send(event.MainQueue, []projection.Message{message(uint64(1000+i), 100)}, func(err error) { sent <- err })
 		if err := <-sent; err != nil {
 			t.Fatal(err)
 		}
@@ -508,7 +509,7 @@ func TestServerTruncatesPastArchivedMessages(t *testing.T) {
 		t.Fatalf("the log holds %d bytes after %d settled messages (it started at %d): truncation is pinned", left, traffic, startBytes)
 	}
 	ch := make(chan []broker.Delivery, 1)
-	e.ReceiveDeferred(log.MainQueue, "after", "", deferred, broker.ReceiveAndDelete, func(ds []broker.Delivery, err error) {
+	e.ReceiveDeferred(event.MainQueue, "after", "", deferred, broker.ReceiveAndDelete, func(ds []broker.Delivery, err error) {
 		if err != nil {
 			t.Error(err)
 		}
@@ -538,13 +539,13 @@ func TestCompactLogEndingOnASegmentBoundary(t *testing.T) {
 		return fi.Size() == 0, len(files)
 	}
 	// An early deferred message pins the front.
-	h.do(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{message(0, 100)}})
-	ev := h.do(projection.Lock{Queue: log.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0)})[0]
-	h.do(projection.Settle{Queue: log.MainQueue, Token: ev.Token, Outcome: projection.Defer})
+	h.do(projection.Send{Queue: event.MainQueue, Messages: []projection.Message{message(0, 100)}})
+	ev := h.do(projection.Lock{Queue: event.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0)})[0]
+	h.do(projection.Settle{Queue: event.MainQueue, Token: ev.Token, Outcome: projection.Defer})
 	for i := uint64(1); ; i++ {
-		h.do(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{message(i, 300)}})
-		ev := h.do(projection.Lock{Queue: log.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0)})[0]
-		h.do(projection.Settle{Queue: log.MainQueue, Token: ev.Token, Outcome: projection.Complete})
+		h.do(projection.Send{Queue: event.MainQueue, Messages: []projection.Message{message(i, 300)}})
+		ev := h.do(projection.Lock{Queue: event.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0)})[0]
+		h.do(projection.Settle{Queue: event.MainQueue, Token: ev.Token, Outcome: projection.Complete})
 		h.sync()
 		if empty, files := lastEmpty(); empty && files >= 4 {
 			break
@@ -605,9 +606,9 @@ func segments(t *testing.T, logDir string, at uint64) (int, bool) {
 }
 
 func (h *history) filler(id uint64) {
-	h.do(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{message(id, 300)}})
-	ev := h.do(projection.Lock{Queue: log.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0), Nonce: id})[0]
-	h.do(projection.Settle{Queue: log.MainQueue, Token: ev.Token, Outcome: projection.Complete})
+	h.do(projection.Send{Queue: event.MainQueue, Messages: []projection.Message{message(id, 300)}})
+	ev := h.do(projection.Lock{Queue: event.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0), Nonce: id})[0]
+	h.do(projection.Settle{Queue: event.MainQueue, Token: ev.Token, Outcome: projection.Complete})
 	h.sync()
 }
 
@@ -624,14 +625,14 @@ func TestRetainNeverReplacesAnEarlierHistory(t *testing.T) {
 	// A live (deferred) message M whose record is the last of a segment.
 	var m uint64
 	for id := uint64(1); m == 0; id++ {
-		ev := h.do(projection.Send{Queue: log.MainQueue, Messages: []projection.Message{message(id, 300)}})[0]
-		lk := h.do(projection.Lock{Queue: log.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0), Nonce: id})[0]
+		ev := h.do(projection.Send{Queue: event.MainQueue, Messages: []projection.Message{message(id, 300)}})[0]
+		lk := h.do(projection.Lock{Queue: event.MainQueue, Receiver: "r", Max: 1, Limit: ^uint64(0), Nonce: id})[0]
 		h.sync()
 		outcome := projection.Complete
 		if _, starts := segments(t, logDir, lk.Index); starts {
 			m, outcome = ev.Index, projection.Defer
 		}
-		h.do(projection.Settle{Queue: log.MainQueue, Token: lk.Token, Outcome: outcome})
+		h.do(projection.Settle{Queue: event.MainQueue, Token: lk.Token, Outcome: outcome})
 		h.sync()
 	}
 	h.filler(1000) // the last segment holds records: the cut is M+1
@@ -663,11 +664,11 @@ func TestRetainNeverReplacesAnEarlierHistory(t *testing.T) {
 
 	// M is completed; no new segment.
 	h.open()
-	lk := h.do(projection.LockBySeq{Queue: log.MainQueue, Receiver: "r", Seqs: []uint64{m}, PeekLock: true, Nonce: 1})
+	lk := h.do(projection.LockBySeq{Queue: event.MainQueue, Receiver: "r", Seqs: []uint64{m}, PeekLock: true, Nonce: 1})
 	if len(lk) != 1 || lk[0].Seq != m {
 		t.Fatalf("locked %+v, want message %d", lk, m)
 	}
-	h.do(projection.Settle{Queue: log.MainQueue, Token: lk[0].Token, Outcome: projection.Complete})
+	h.do(projection.Settle{Queue: event.MainQueue, Token: lk[0].Token, Outcome: projection.Complete})
 	h.close()
 	repC, err := compaction.Compact(h.data, compaction.Options{Retain: retain})
 	if err != nil {
@@ -708,6 +709,6 @@ func archiveRecords(t *testing.T, path string, into map[uint64][]byte) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		into[idx] = log.AppendRecord(nil, &ev)
+		into[idx] = event.AppendRecord(nil, &ev)
 	}
 }

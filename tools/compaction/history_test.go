@@ -12,6 +12,7 @@ import (
 
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/snapshot"
 	"github.com/walbus/walbus/tools/compaction"
@@ -35,7 +36,7 @@ type history struct {
 
 	// scheduled keeps Scheduled records for activation (Decide cannot read
 	// the log); all keeps every event appended, for the retention checks.
-	scheduled map[uint64]log.Event
+	scheduled map[uint64]event.Event
 	all       map[uint64][]byte
 }
 
@@ -61,7 +62,7 @@ func newHistory(t testing.TB, cfg projection.Config, segmentSize int, seed uint6
 		t.Fatalf("entities: %v %v", ents, err)
 	}
 	h := &history{t: t, data: data, dir: ents[0].Dir, start: start, now: start.UnixNano(), seg: segmentSize,
-		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), scheduled: map[uint64]log.Event{}}
+		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), scheduled: map[uint64]event.Event{}}
 	h.open()
 	return h
 }
@@ -96,7 +97,7 @@ func (h *history) close() {
 }
 
 // do decides cmd, appends and applies its events, and returns them.
-func (h *history) do(cmd projection.Command) []log.Event {
+func (h *history) do(cmd projection.Command) []event.Event {
 	h.t.Helper()
 	evs, err := h.st.Decide(cmd, h.now)
 	if err != nil {
@@ -113,11 +114,11 @@ func (h *history) do(cmd projection.Command) []log.Event {
 		if err := h.st.Apply(ev); err != nil {
 			h.t.Fatalf("apply %s: %v", ev.Type, err)
 		}
-		if ev.Type == log.Scheduled {
+		if ev.Type == event.Scheduled {
 			h.scheduled[ev.Index] = *ev
 		}
 		if h.all != nil {
-			h.all[ev.Index] = log.AppendRecord(nil, ev)
+			h.all[ev.Index] = event.AppendRecord(nil, ev)
 		}
 	}
 	return evs
@@ -181,7 +182,7 @@ func peekAll(t testing.TB, data string, now int64) view {
 		no     uint32
 		out    *[]broker.Delivery
 		counts *projection.Counts
-	}{{log.MainQueue, &v.Main, &v.MainCounts}, {log.DeadLetterQueue, &v.DLQ, &v.DLQCounts}} {
+	}{{event.MainQueue, &v.Main, &v.MainCounts}, {event.DeadLetterQueue, &v.DLQ, &v.DLQCounts}} {
 		from := uint64(0)
 		for {
 			ds, err := e.Peek(q.no, from, 1000, "")

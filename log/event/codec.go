@@ -1,4 +1,4 @@
-package log
+package event
 
 import (
 	"encoding/binary"
@@ -140,24 +140,24 @@ func RecordSize(e *Event) int {
 func fieldSize(e *Event, f field) int {
 	switch f {
 	case fQueue:
-		return uvarintLen(uint64(e.Queue))
+		return UvarintLen(uint64(e.Queue))
 	case fSeq:
-		return uvarintLen(e.Seq)
+		return UvarintLen(e.Seq)
 	case fSource:
-		return uvarintLen(e.Source)
+		return UvarintLen(e.Source)
 	case fDeliveries:
-		return uvarintLen(uint64(e.Deliveries))
+		return UvarintLen(uint64(e.Deliveries))
 	case fHops:
-		return uvarintLen(uint64(e.Hops))
+		return UvarintLen(uint64(e.Hops))
 	case fToken:
 		return len(e.Token)
 	case fUntil:
-		return uvarintLen(zigzag(e.Until))
+		return UvarintLen(zigzag(e.Until))
 	case fTTL:
-		return uvarintLen(zigzag(e.TTL))
+		return UvarintLen(zigzag(e.TTL))
 	}
 	l := e.varLen(f)
-	return uvarintLen(uint64(l)) + l
+	return UvarintLen(uint64(l)) + l
 }
 
 func appendPayload(dst []byte, e *Event) []byte {
@@ -316,7 +316,7 @@ func readField(r *Reader, e *Event, f field) {
 	}
 }
 
-func uvarintLen(x uint64) int {
+func UvarintLen(x uint64) int {
 	n := 1
 	for x >= 0x80 {
 		x >>= 7

@@ -1,4 +1,4 @@
-package log
+package event
 
 // Queue numbers inside an entity log. Every queue of messages (a queue
 // entity's own; later each subscription of a topic) owns a group of

@@ -1,11 +1,12 @@
-// Package log is walbus's durable event log: the event vocabulary, the
-// checksummed record envelope, and a segmented write-ahead log on
-// github.com/tidwall/wal with group commit, tail repair and positional reads.
+// Package event is walbus's event schema: the types of event an entity's log
+// holds, the fields each carries, and the checksummed record envelope they
+// are stored in. It is pure data and encoding, with no IO, so the
+// projection, the indexes and any log that stores records (the segmented
+// WAL in package log today, a replicated one later) share one vocabulary.
 //
-// Every entity (queue or topic) has one log; entity definitions live in a
-// namespace log of their own. The log index of the event that enqueues a
-// message is that message's SequenceNumber.
-package log
+// The log index of the event that enqueues a message is that message's
+// SequenceNumber.
+package event
 
 import "fmt"
 
