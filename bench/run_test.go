@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/amqpserver"
-	"github.com/walbus/walbus/amqpserver/floor"
 	"github.com/walbus/walbus/amqpserver/sas"
+	"github.com/walbus/walbus/bench/floor"
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/projection"
 )

@@ -11,8 +11,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/walbus/walbus/amqpserver/floor"
 	"github.com/walbus/walbus/bench"
+	"github.com/walbus/walbus/bench/floor"
 )
 
 // benchCmd runs walbus bench; Ctrl-C ends the run early and still reports.
@@ -53,7 +53,7 @@ func benchCmd(args []string) int {
 	return 0
 }
 
-// floorCmd serves amqpserver/floor, the do-nothing broker that is the control
+// floorCmd serves bench/floor, the do-nothing broker that is the control
 // for bench runs, until interrupted.
 func floorCmd(args []string) int {
 	fs := flag.NewFlagSet("walbus bench floor", flag.ContinueOnError)

@@ -12,7 +12,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
-	"github.com/walbus/walbus/amqpserver/floor"
+
+	"github.com/walbus/walbus/bench/floor"
 )
 
 func serve(t *testing.T) string {

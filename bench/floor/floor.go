@@ -17,7 +17,8 @@
 // NewDurable gives the durable floor: the same, except that every message
 // sent to a queue, and every settlement a receiver asks an answer for, is
 // appended to one file and fsynced (in group commits) before it is answered
-// or delivered, which is the least DESIGN.md's rule lets any broker do.
+// or delivered: the least a broker that acknowledges only what is on disk
+// can do (docs/architecture.md).
 // Between the two floors and walbus, a benchmark tells what the machine and
 // client cost, what durability costs on this disk, and what walbus adds.
 // Receive-and-delete deliveries are not held for a sync.
