@@ -10,8 +10,6 @@ import (
 
 	"github.com/walbus/walbus/amqpserver/transport"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log"
-	"github.com/walbus/walbus/log/event"
 )
 
 // Metrics is walbus's Prometheus instrumentation, on a private registry.
@@ -78,7 +76,7 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // ObserveCommit records one group commit of an entity log, or an fsync
 // outside one (no records: the --sync interval timer's).
-func (m *Metrics) ObserveCommit(_ string, s log.CommitStats) {
+func (m *Metrics) ObserveCommit(_ string, s broker.CommitStats) {
 	if s.Synced {
 		m.fsync.Observe(s.Sync.Seconds())
 	}
@@ -183,7 +181,7 @@ func collectEntity(ch chan<- prometheus.Metric, e *broker.Entity) {
 	for _, sub := range []struct {
 		queue uint32
 		label string
-	}{{event.MainQueue, "active"}, {event.DeadLetterQueue, "deadletter"}, {event.TransferDeadLetterQueue, "transferdeadletter"}} {
+	}{{broker.MainQueue, "active"}, {broker.DeadLetterQueue, "deadletter"}, {broker.TransferDeadLetterQueue, "transferdeadletter"}} {
 		c, err := e.Counts(sub.queue)
 		if err != nil {
 			return

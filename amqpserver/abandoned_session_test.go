@@ -5,7 +5,8 @@ import (
 	"testing"
 
 	"github.com/Azure/go-amqp"
-	"github.com/walbus/walbus/projection"
+
+	"github.com/walbus/walbus/broker"
 )
 
 // go-amqp gives up a session whose begin it could not write before its
@@ -37,7 +38,7 @@ func TestEndOfASessionNeverBegunKeepsTheConnection(t *testing.T) {
 // ends it. The connection must survive it (the SDK would reconnect, after
 // failing what was in flight on it).
 func TestSDKReceiveWithAnEndedContextKeepsTheConnection(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	sendBodies(t, c, "q1", "a")
 	r, err := c.NewReceiverForQueue("q1", nil)

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
+
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/amqpserver/transport"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/projection"
 )
 
 // startRaw is startBroker with a custom server config, for go-amqp tests.
@@ -33,7 +33,7 @@ func startRawWith(t *testing.T, cfg Config, opts broker.Options) (*broker.Broker
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.CreateQueue("q1", projection.DefaultConfig()); err != nil {
+	if _, err := b.CreateQueue("q1", broker.DefaultConfig()); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Keys.Len() == 0 {
@@ -155,7 +155,7 @@ func TestExpiredTokenDetachesItsLinks(t *testing.T) {
 // and nothing beside it.
 func TestTokenForTheExactAddress(t *testing.T) {
 	b, addr := startRaw(t, Config{})
-	if _, err := b.CreateQueue("q2", projection.DefaultConfig()); err != nil {
+	if _, err := b.CreateQueue("q2", broker.DefaultConfig()); err != nil {
 		t.Fatal(err)
 	}
 	key := sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE"}
@@ -198,7 +198,7 @@ func TestTokenForTheExactAddress(t *testing.T) {
 // the whole namespace.
 func TestTokenForOneQueueNeverReachesAnother(t *testing.T) {
 	b, addr := startRaw(t, Config{})
-	if _, err := b.CreateQueue("q2", projection.DefaultConfig()); err != nil {
+	if _, err := b.CreateQueue("q2", broker.DefaultConfig()); err != nil {
 		t.Fatal(err)
 	}
 	key := sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE"}

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
-	"github.com/walbus/walbus/projection"
+
+	"github.com/walbus/walbus/broker"
 )
 
 // gatedConn is a client socket whose reads can be stopped: a client that
@@ -48,7 +49,7 @@ func (g *gatedConn) setShut(shut bool) {
 // receive, and when the slow client reads again it gets every message.
 func TestSlowReaderStallsOnlyItself(t *testing.T) {
 	b, addr := startRaw(t, Config{})
-	if _, err := b.CreateQueue("q2", projection.DefaultConfig()); err != nil {
+	if _, err := b.CreateQueue("q2", broker.DefaultConfig()); err != nil {
 		t.Fatal(err)
 	}
 	nc, err := net.Dial("tcp", addr)
@@ -88,12 +89,12 @@ func TestSlowReaderStallsOnlyItself(t *testing.T) {
 	e, _ := b.Entity("q1")
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		got := make(chan projection.Counts, 1)
+		got := make(chan broker.Counts, 1)
 		go func() {
 			counts, _ := e.Counts(0)
 			got <- counts
 		}()
-		var counts projection.Counts
+		var counts broker.Counts
 		select {
 		case counts = <-got:
 		case <-time.After(20 * time.Second):

@@ -7,7 +7,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
-	"github.com/walbus/walbus/projection"
+
+	"github.com/walbus/walbus/broker"
 )
 
 // batchDelete asks for count messages enqueued before before (zero: no
@@ -43,7 +44,7 @@ func (m *mgmtClient) batchDelete(count int32, before time.Time, session string) 
 // message go, a locked one stays and can still be completed. The replies
 // are what the JS SDK (7.10) reads; bad counts and cut-offs are refused.
 func TestBatchDeleteThroughManagement(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q": broker.DefaultConfig()})
 	c := tb.client(t)
 	ctx := ctxT(t)
 	s, err := c.NewSender("q", nil)
@@ -152,7 +153,7 @@ func TestBatchDeleteThroughManagement(t *testing.T) {
 // On a session queue a batch delete names a session or takes them all; a
 // dead-letter queue's node deletes from the dead-letter queue alone.
 func TestBatchDeleteSessionsAndDeadLetters(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"s": sessionQueue(), "q": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"s": sessionQueue(), "q": broker.DefaultConfig()})
 	c := tb.client(t)
 	ctx := ctxT(t)
 	s, err := c.NewSender("s", nil)

@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
+
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log"
-	"github.com/walbus/walbus/projection"
 )
 
 func processCPU() time.Duration {
@@ -28,11 +27,11 @@ func processCPU() time.Duration {
 // included, and allocations per message: the figures to watch when
 // changing the path a message takes.
 func BenchmarkSendReceiveAccept(b *testing.B) {
-	br, _, err := broker.Open(broker.Options{Dir: b.TempDir(), Sync: log.SyncNone})
+	br, _, err := broker.Open(broker.Options{Dir: b.TempDir(), Sync: broker.SyncNone})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := br.CreateQueue("q", projection.DefaultConfig()); err != nil {
+	if _, err := br.CreateQueue("q", broker.DefaultConfig()); err != nil {
 		b.Fatal(err)
 	}
 	keys, _ := sas.NewKeys(sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE", Rights: sas.Manage})

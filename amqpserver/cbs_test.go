@@ -10,7 +10,6 @@ import (
 	"github.com/walbus/walbus/amqpserver/encoding"
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/projection"
 )
 
 func TestPutToken(t *testing.T) {
@@ -19,7 +18,7 @@ func TestPutToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if _, err := b.CreateQueue("q1", projection.DefaultConfig()); err != nil {
+	if _, err := b.CreateQueue("q1", broker.DefaultConfig()); err != nil {
 		t.Fatal(err)
 	}
 	root := sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE", Rights: sas.Manage}

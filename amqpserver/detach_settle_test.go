@@ -7,7 +7,7 @@ import (
 	"github.com/Azure/go-amqp"
 
 	"github.com/walbus/walbus/amqpserver/frames"
-	"github.com/walbus/walbus/log/event"
+	"github.com/walbus/walbus/broker"
 )
 
 // A client that settles a locked message and then detaches the link (the
@@ -67,7 +67,7 @@ func TestSettlementAnsweredBeforeTheDetach(t *testing.T) {
 			}
 			expectFrame[*frames.Detach](js)
 
-			peek, err := e.Peek(event.MainQueue, 1, 10, "")
+			peek, err := e.Peek(broker.MainQueue, 1, 10, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +132,7 @@ func TestSendAnsweredBeforeTheDetach(t *testing.T) {
 		t.Fatalf("got %T %+v after the outcome, want the detach's answer", p, p)
 	}
 
-	peek, err := e.Peek(event.MainQueue, 1, 10, "")
+	peek, err := e.Peek(broker.MainQueue, 1, 10, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestGoAMQPSendSucceedsWhenClosedUnderWay(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	if peek, err := e.Peek(event.MainQueue, 1, 10, ""); err != nil || len(peek) != 1 {
+	if peek, err := e.Peek(broker.MainQueue, 1, 10, ""); err != nil || len(peek) != 1 {
 		t.Fatalf("peek: %d messages, %v", len(peek), err)
 	}
 }

@@ -8,9 +8,7 @@ import (
 	"github.com/Azure/go-amqp"
 
 	"github.com/walbus/walbus/amqpserver/frames"
-	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log/event"
-	"github.com/walbus/walbus/projection"
+	"github.com/walbus/walbus/broker"
 )
 
 // The JS SDK's receiveMessages(n) adds credit, waits, then drains with the
@@ -32,13 +30,13 @@ func TestDrainedCreditIsNotGrantedAgain(t *testing.T) {
 	if err := e.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	peek, err := e.Peek(event.MainQueue, 1, 10, "")
+	peek, err := e.Peek(broker.MainQueue, 1, 10, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	locked := 0
 	for _, d := range peek {
-		if d.State == index.Locked {
+		if d.State == broker.Locked {
 			locked++
 		}
 	}
@@ -68,7 +66,7 @@ func TestDrainedCreditIsNotGrantedAgain(t *testing.T) {
 // unseen, and the next credit sent a stale copy and the same message again.
 func TestCreditAfterADrainSendsFreshLocksOnce(t *testing.T) {
 	b, addr := startRaw(t, Config{})
-	cfg := projection.DefaultConfig()
+	cfg := broker.DefaultConfig()
 	cfg.LockDuration = 500 * time.Millisecond
 	if _, err := b.CreateQueue("q2", cfg); err != nil {
 		t.Fatal(err)
@@ -122,7 +120,7 @@ func TestReceiveAndDeleteAfterADrainTakesOnlyWhatItSends(t *testing.T) {
 	if err := e.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	peek, err := e.Peek(event.MainQueue, 1, 10, "")
+	peek, err := e.Peek(broker.MainQueue, 1, 10, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log/event"
-	"github.com/walbus/walbus/projection"
 )
 
 // A delivery the broker hands a receiver link after the link closed (it
@@ -22,15 +20,15 @@ func TestDeliveryAfterTheLinkClosedGoesBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		sent := make(chan error, 1)
-		e.Send(event.MainQueue, []projection.Message{{MessageID: "m", Body: []byte("late")}}, func(err error) { sent <- err })
+		e.Send(broker.MainQueue, []broker.Message{{MessageID: "m", Body: []byte("late")}}, func(err error) { sent <- err })
 		if err := <-sent; err != nil {
 			t.Fatal(err)
 		}
 
 		// The link is closed, as Detached leaves it, and the broker has
 		// not heard of it yet: its receiver still has a credit.
-		rl := &receiverLink{e: e, mode: mode, closed: true, unsettled: map[uint32]event.LockToken{}}
-		r, err := e.Attach(broker.ReceiverOptions{Queue: event.MainQueue, Name: "closed", Mode: mode, Deliver: rl.deliver})
+		rl := &receiverLink{e: e, mode: mode, closed: true, unsettled: map[uint32]broker.LockToken{}}
+		r, err := e.Attach(broker.ReceiverOptions{Queue: broker.MainQueue, Name: "closed", Mode: mode, Deliver: rl.deliver})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +36,7 @@ func TestDeliveryAfterTheLinkClosedGoesBack(t *testing.T) {
 		r.SetLimit(1)
 
 		got := make(chan broker.Delivery, 1)
-		next, err := e.Attach(broker.ReceiverOptions{Queue: event.MainQueue, Name: "next", Deliver: func(d broker.Delivery) { got <- d }})
+		next, err := e.Attach(broker.ReceiverOptions{Queue: broker.MainQueue, Name: "next", Deliver: func(d broker.Delivery) { got <- d }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,9 +13,6 @@ import (
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/amqpserver/transport"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log"
-	"github.com/walbus/walbus/log/event"
-	"github.com/walbus/walbus/projection"
 )
 
 // linkError turns a broker error into the error of a refused or detached
@@ -134,7 +131,7 @@ func (cs *connState) attachReceiver(l *transport.Link, address string) {
 	if a.Source != nil {
 		filter, sessions = a.Source.Filter.Get(sessionFilterKey)
 	}
-	rl := &receiverLink{cs: cs, l: l, e: e, queue: queue, mode: mode, unsettled: make(map[uint32]event.LockToken)}
+	rl := &receiverLink{cs: cs, l: l, e: e, queue: queue, mode: mode, unsettled: make(map[uint32]broker.LockToken)}
 	bindBurst(l, e)
 	r, err := e.Attach(broker.ReceiverOptions{Queue: queue, Name: l.Name(), Mode: mode, Sessions: sessions,
 		Deliver: rl.deliver, Lost: rl.lost})
@@ -163,8 +160,9 @@ func (cs *connState) attachReceiver(l *transport.Link, address string) {
 		wait = 0 // a named session is granted or refused at once
 	}
 	r.AcceptSession(wanted, wait, func(lock broker.SessionLock, err error) {
-		// This runs on the entity's actor; what follows calls the receiver,
-		// which posts to that actor (blocked on itself with its queue full).
+		// This runs on the entity's actor, which must not wait for itself:
+		// what follows calls the receiver, which posts to that actor and
+		// would block with its queue full (docs/architecture.md#threading-contract).
 		go cs.sessionAccepted(l, r, rl, a, filter, lock, err)
 	})
 }
@@ -221,9 +219,9 @@ type receiverLink struct {
 	r     *broker.Receiver
 
 	mu        sync.Mutex
-	session   string                     // the session it holds, for session receivers
-	unsettled map[uint32]event.LockToken // delivery-id -> lock, peek-lock deliveries not yet settled
-	held      []broker.Delivery          // deliveries waiting for credit
+	session   string                      // the session it holds, for session receivers
+	unsettled map[uint32]broker.LockToken // delivery-id -> lock, peek-lock deliveries not yet settled
+	held      []broker.Delivery           // deliveries waiting for credit
 	closed    bool
 	scratch   []byte // the payload being sent; Send copies it out
 }
@@ -286,11 +284,13 @@ func (rl *receiverLink) deliver(d broker.Delivery) {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if rl.closed {
-		// This goroutine must not block on the actor.
+		// deliver runs on the entity's actor, which must not wait for
+		// itself: Restore and Unsent post to it, so they go on their own
+		// goroutine (docs/architecture.md#threading-contract).
 		if rl.mode == broker.ReceiveAndDelete {
 			go rl.e.Restore([]broker.Delivery{d}, nil)
 		} else {
-			go rl.r.Unsent([]event.LockToken{d.Token})
+			go rl.r.Unsent([]broker.LockToken{d.Token})
 		}
 		return
 	}
@@ -312,7 +312,7 @@ func (rl *receiverLink) sendHeld() {
 			return
 		}
 		var tag []byte
-		if d.Token != (event.LockToken{}) {
+		if d.Token != (broker.LockToken{}) {
 			t := deliveryTag(d.Token)
 			tag = t[:]
 		} else {
@@ -339,7 +339,7 @@ func (rl *receiverLink) Disposition(l *transport.Link, id uint32, state frames.D
 	rl.mu.Unlock()
 	if !known {
 		if !settled {
-			l.Settle(id, &frames.Rejected{Error: &frames.Error{Condition: condLockLost, Description: projection.ErrLockLost.Error()}})
+			l.Settle(id, &frames.Rejected{Error: &frames.Error{Condition: condLockLost, Description: broker.ErrLockLost.Error()}})
 		}
 		return
 	}
@@ -377,23 +377,23 @@ func settlement(state frames.DeliveryState) (broker.Settlement, error) {
 	var s broker.Settlement
 	switch st := state.(type) {
 	case *frames.Accepted:
-		s.Outcome = projection.Complete
+		s.Outcome = broker.Complete
 	case *frames.Released:
-		s.Outcome = projection.Release
+		s.Outcome = broker.Release
 	case *frames.Modified:
-		s.Outcome = projection.Abandon
+		s.Outcome = broker.Abandon
 		if st.UndeliverableHere {
-			s.Outcome = projection.Defer
+			s.Outcome = broker.Defer
 		}
 		if len(st.MessageAnnotations) > 0 {
 			props, err := encoding.AppendAny(nil, st.MessageAnnotations)
 			if err != nil {
-				return s, fmt.Errorf("%w: properties to modify: %v", projection.ErrInvalid, err)
+				return s, fmt.Errorf("%w: properties to modify: %v", broker.ErrInvalid, err)
 			}
 			s.Props = props
 		}
 	case *frames.Rejected:
-		s.Outcome = projection.DeadLetter
+		s.Outcome = broker.DeadLetter
 		if st.Error != nil {
 			var rest encoding.Map
 			for _, kv := range st.Error.Info {
@@ -413,13 +413,13 @@ func settlement(state frames.DeliveryState) (broker.Settlement, error) {
 			if len(rest) > 0 {
 				props, err := encoding.AppendAny(nil, rest)
 				if err != nil {
-					return s, fmt.Errorf("%w: dead-letter properties: %v", projection.ErrInvalid, err)
+					return s, fmt.Errorf("%w: dead-letter properties: %v", broker.ErrInvalid, err)
 				}
 				s.Props = props
 			}
 		}
 	default:
-		return s, fmt.Errorf("%w: disposition state %T", projection.ErrInvalid, state)
+		return s, fmt.Errorf("%w: disposition state %T", broker.ErrInvalid, state)
 	}
 	return s, nil
 }
@@ -429,7 +429,7 @@ func settlement(state frames.DeliveryState) (broker.Settlement, error) {
 func (rl *receiverLink) lost(err error) {
 	var ferr *frames.Error
 	switch {
-	case errors.Is(err, projection.ErrSessionLockLost):
+	case errors.Is(err, broker.ErrSessionLockLost):
 		ferr = &frames.Error{Condition: condSessionLockLost, Description: err.Error()}
 	case errors.Is(err, broker.ErrClosed):
 		ferr = &frames.Error{Condition: condDetachForced, Description: err.Error()}
@@ -446,11 +446,11 @@ func (rl *receiverLink) lost(err error) {
 func (rl *receiverLink) Detached(l *transport.Link, _ *frames.Error) {
 	rl.mu.Lock()
 	rl.closed = true
-	var unsent []event.LockToken
+	var unsent []broker.LockToken
 	var removed []broker.Delivery
 	for _, d := range rl.held {
 		switch {
-		case d.Token != (event.LockToken{}):
+		case d.Token != (broker.LockToken{}):
 			unsent = append(unsent, d.Token)
 		case rl.mode == broker.ReceiveAndDelete:
 			removed = append(removed, d)
@@ -473,7 +473,7 @@ func (rl *receiverLink) Detached(l *transport.Link, _ *frames.Error) {
 // NewBracket is the broker.Options.NewBracket that lets the links of an
 // entity write what its actor and log writer send them in one syscall per
 // connection and run (transport.Burst).
-func NewBracket() log.Bracket { return transport.NewBurst() }
+func NewBracket() broker.Bracket { return transport.NewBurst() }
 
 // bindBurst binds l to its entity's burst, if the broker has them.
 func bindBurst(l *transport.Link, e *broker.Entity) {

@@ -8,8 +8,6 @@ import (
 
 	"github.com/walbus/walbus/amqpserver/encoding"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log/event"
-	"github.com/walbus/walbus/projection"
 )
 
 // The <entity>/$management node: the operations of servicebus-wire.md §6,
@@ -70,7 +68,7 @@ func (t *mgmtTarget) handle(req *rpcRequest, reply func(rpcResponse)) {
 		list := make(encoding.List, 0, len(ds))
 		for i := range ds {
 			d := &ds[i]
-			d.Token = event.LockToken{} // a peek does not hand out locks
+			d.Token = broker.LockToken{} // a peek does not hand out locks
 			b, err := outbound(nil, d)
 			if err == nil && omitBody == true {
 				b, err = withoutBody(b)
@@ -110,7 +108,7 @@ func (t *mgmtTarget) handle(req *rpcRequest, reply func(rpcResponse)) {
 					return
 				}
 				entry := encoding.Map{{Key: "message", Value: b}}
-				if ds[i].Token != (event.LockToken{}) {
+				if ds[i].Token != (broker.LockToken{}) {
 					entry = append(entry, encoding.MapEntry{Key: "lock-token", Value: encoding.UUID(ds[i].Token)})
 				}
 				list = append(list, entry)
@@ -196,7 +194,7 @@ func (t *mgmtTarget) sessionReceiver(req *rpcRequest) *broker.Receiver {
 func (t *mgmtTarget) sessionOp(op string, req *rpcRequest, body encoding.Map, reply func(rpcResponse)) {
 	r := t.sessionReceiver(req)
 	if r == nil {
-		reply(failure(projection.ErrSessionLockLost))
+		reply(failure(broker.ErrSessionLockLost))
 		return
 	}
 	switch op {
@@ -245,22 +243,22 @@ func (t *mgmtTarget) updateDisposition(body encoding.Map, reply func(rpcResponse
 	s := broker.Settlement{}
 	switch status {
 	case "completed":
-		s.Outcome = projection.Complete
+		s.Outcome = broker.Complete
 	case "abandoned":
-		s.Outcome = projection.Abandon
+		s.Outcome = broker.Abandon
 	case "suspended":
-		s.Outcome = projection.DeadLetter
+		s.Outcome = broker.DeadLetter
 	case "defered", "deferred":
-		s.Outcome = projection.Defer
+		s.Outcome = broker.Defer
 	default:
-		reply(failure(fmt.Errorf("%w: disposition-status %q", projection.ErrInvalid, status)))
+		reply(failure(fmt.Errorf("%w: disposition-status %q", broker.ErrInvalid, status)))
 		return
 	}
 	s.Reason = stringOf(body, "deadletter-reason")
 	s.Description = stringOf(body, "deadletter-description")
 	if props, found := body.Get("properties-to-modify"); found && props != nil {
 		if s.Props, err = encoding.AppendAny(nil, props); err != nil {
-			reply(failure(fmt.Errorf("%w: properties-to-modify: %v", projection.ErrInvalid, err)))
+			reply(failure(fmt.Errorf("%w: properties-to-modify: %v", broker.ErrInvalid, err)))
 			return
 		}
 	}
@@ -306,7 +304,7 @@ func (t *mgmtTarget) batchDelete(req *rpcRequest, body encoding.Map, reply func(
 	if v, found := body.Get("enqueued-time-utc"); found && v != nil {
 		ts, isTime := v.(encoding.Timestamp)
 		if !isTime {
-			reply(failure(fmt.Errorf("%w: enqueued-time-utc holds a %T, not a timestamp", projection.ErrInvalid, v)))
+			reply(failure(fmt.Errorf("%w: enqueued-time-utc holds a %T, not a timestamp", broker.ErrInvalid, v)))
 			return
 		}
 		before = nanos(ts)
@@ -327,18 +325,18 @@ func (t *mgmtTarget) batchDelete(req *rpcRequest, body encoding.Map, reply func(
 func (t *mgmtTarget) schedule(body encoding.Map, reply func(rpcResponse)) {
 	v, _ := body.Get("messages")
 	list, _ := v.(encoding.List)
-	msgs := make([]projection.Message, 0, len(list))
+	msgs := make([]broker.Message, 0, len(list))
 	for _, item := range list {
 		entry, _ := item.(encoding.Map)
 		raw, found := entry.Get("message")
 		b, isBin := raw.([]byte)
 		if !found || !isBin {
-			reply(failure(fmt.Errorf("%w: schedule-message entry without an encoded message", projection.ErrInvalid)))
+			reply(failure(fmt.Errorf("%w: schedule-message entry without an encoded message", broker.ErrInvalid)))
 			return
 		}
 		m, err := inboundOne(b)
 		if err != nil {
-			reply(failure(fmt.Errorf("%w: %v", projection.ErrInvalid, err)))
+			reply(failure(fmt.Errorf("%w: %v", broker.ErrInvalid, err)))
 			return
 		}
 		msgs = append(msgs, m)
@@ -381,19 +379,19 @@ func elements(v any) ([]any, bool) {
 	return nil, false
 }
 
-func uuids(body encoding.Map, key string) ([]event.LockToken, error) {
+func uuids(body encoding.Map, key string) ([]broker.LockToken, error) {
 	v, _ := body.Get(key)
 	elems, found := elements(v)
 	if !found {
-		return nil, fmt.Errorf("%w: %s: %w", projection.ErrInvalid, key, errArgument)
+		return nil, fmt.Errorf("%w: %s: %w", broker.ErrInvalid, key, errArgument)
 	}
-	out := make([]event.LockToken, 0, len(elems))
+	out := make([]broker.LockToken, 0, len(elems))
 	for _, e := range elems {
 		u, isUUID := e.(encoding.UUID)
 		if !isUUID {
-			return nil, fmt.Errorf("%w: %s holds a %T", projection.ErrInvalid, key, e)
+			return nil, fmt.Errorf("%w: %s holds a %T", broker.ErrInvalid, key, e)
 		}
-		out = append(out, event.LockToken(u))
+		out = append(out, broker.LockToken(u))
 	}
 	return out, nil
 }
@@ -402,13 +400,13 @@ func longs(body encoding.Map, key string) ([]uint64, error) {
 	v, _ := body.Get(key)
 	elems, found := elements(v)
 	if !found {
-		return nil, fmt.Errorf("%w: %s: %w", projection.ErrInvalid, key, errArgument)
+		return nil, fmt.Errorf("%w: %s: %w", broker.ErrInvalid, key, errArgument)
 	}
 	out := make([]uint64, 0, len(elems))
 	for _, e := range elems {
 		n, isNum := asInt64(e)
 		if !isNum || n < 0 {
-			return nil, fmt.Errorf("%w: %s holds %v", projection.ErrInvalid, key, e)
+			return nil, fmt.Errorf("%w: %s holds %v", broker.ErrInvalid, key, e)
 		}
 		out = append(out, uint64(n))
 	}

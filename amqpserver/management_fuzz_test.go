@@ -8,9 +8,6 @@ import (
 	"github.com/walbus/walbus/amqpserver/message"
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log"
-	"github.com/walbus/walbus/log/event"
-	"github.com/walbus/walbus/projection"
 )
 
 // FuzzManagementRequest feeds request messages to the $management nodes
@@ -104,16 +101,16 @@ func (l fuzzLinks) receiverForSession(_ *broker.Entity, _ uint32, session string
 // session queue "s" whose session "s1" is held, and returns the
 // management targets of both.
 func fuzzTargets(f *testing.F) (*broker.Broker, []*mgmtTarget) {
-	b, _, err := broker.Open(broker.Options{Dir: f.TempDir(), Sync: log.SyncNone})
+	b, _, err := broker.Open(broker.Options{Dir: f.TempDir(), Sync: broker.SyncNone})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { _ = b.Close() })
-	q, err := b.CreateQueue("q", projection.DefaultConfig())
+	q, err := b.CreateQueue("q", broker.DefaultConfig())
 	if err != nil {
 		f.Fatal(err)
 	}
-	scfg := projection.DefaultConfig()
+	scfg := broker.DefaultConfig()
 	scfg.RequiresSession = true
 	s, err := b.CreateQueue("s", scfg)
 	if err != nil {
@@ -121,7 +118,7 @@ func fuzzTargets(f *testing.F) (*broker.Broker, []*mgmtTarget) {
 	}
 	send := func(e *broker.Entity, session string) {
 		done := make(chan error, 1)
-		e.Send(event.MainQueue, []projection.Message{{Body: fuzzMessage("m"), MessageID: "m", SessionID: session}}, func(err error) { done <- err })
+		e.Send(broker.MainQueue, []broker.Message{{Body: fuzzMessage("m"), MessageID: "m", SessionID: session}}, func(err error) { done <- err })
 		if err := <-done; err != nil {
 			f.Fatal(err)
 		}
@@ -130,7 +127,7 @@ func fuzzTargets(f *testing.F) (*broker.Broker, []*mgmtTarget) {
 		send(q, "")
 		send(s, "s1")
 	}
-	r, err := s.Attach(broker.ReceiverOptions{Queue: event.MainQueue, Name: "session-link", Sessions: true, Deliver: func(broker.Delivery) {}})
+	r, err := s.Attach(broker.ReceiverOptions{Queue: broker.MainQueue, Name: "session-link", Sessions: true, Deliver: func(broker.Delivery) {}})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -140,8 +137,8 @@ func fuzzTargets(f *testing.F) (*broker.Broker, []*mgmtTarget) {
 		f.Fatal(err)
 	}
 	return b, []*mgmtTarget{
-		{e: q, queue: event.MainQueue, path: "q/$management", links: fuzzLinks{}, owner: "mgmt:q"},
-		{e: s, queue: event.MainQueue, path: "s/$management", links: fuzzLinks{r}, owner: "mgmt:s"},
+		{e: q, queue: broker.MainQueue, path: "q/$management", links: fuzzLinks{}, owner: "mgmt:q"},
+		{e: s, queue: broker.MainQueue, path: "s/$management", links: fuzzLinks{r}, owner: "mgmt:s"},
 	}
 }
 

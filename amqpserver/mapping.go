@@ -13,9 +13,6 @@ import (
 	"github.com/walbus/walbus/amqpserver/frames"
 	"github.com/walbus/walbus/amqpserver/message"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log/event"
-	"github.com/walbus/walbus/projection"
 )
 
 // Service Bus message annotations (servicebus-wire.md §5).
@@ -53,13 +50,13 @@ const maxScratch = 1 << 20
 // with the batch message format each inner message. A message without a
 // message-id gets one (Service Bus assigns an id when the client sends none).
 // The messages' bodies are the broker's own: payload may be reused after.
-func inbound(payload []byte, format uint32) ([]projection.Message, error) {
+func inbound(payload []byte, format uint32) ([]broker.Message, error) {
 	if format != frames.MessageFormatBatch {
 		m, err := inboundOne(payload)
 		if err != nil {
 			return nil, err
 		}
-		return []projection.Message{m}, nil
+		return []broker.Message{m}, nil
 	}
 	inner, err := message.SplitBatch(payload, nil)
 	if err != nil {
@@ -68,7 +65,7 @@ func inbound(payload []byte, format uint32) ([]projection.Message, error) {
 	if len(inner) == 0 {
 		return nil, fmt.Errorf("%w: an empty batch", errBadMessage)
 	}
-	msgs := make([]projection.Message, 0, len(inner))
+	msgs := make([]broker.Message, 0, len(inner))
 	for _, raw := range inner {
 		m, err := inboundOne(raw)
 		if err != nil {
@@ -79,7 +76,7 @@ func inbound(payload []byte, format uint32) ([]projection.Message, error) {
 	return msgs, nil
 }
 
-func inboundOne(raw []byte) (projection.Message, error) {
+func inboundOne(raw []byte) (broker.Message, error) {
 	s, err := message.Parse(raw)
 	if errors.Is(err, message.ErrSectionOrder) {
 		// uAMQP (the Python SDK) misplaces footers and delivery
@@ -89,11 +86,11 @@ func inboundOne(raw []byte) (projection.Message, error) {
 		}
 	}
 	if err != nil {
-		return projection.Message{}, fmt.Errorf("%w: %v", errBadMessage, err)
+		return broker.Message{}, fmt.Errorf("%w: %v", errBadMessage, err)
 	}
 	props, err := s.ReadProperties()
 	if err != nil {
-		return projection.Message{}, fmt.Errorf("%w: properties: %v", errBadMessage, err)
+		return broker.Message{}, fmt.Errorf("%w: properties: %v", errBadMessage, err)
 	}
 	var id string
 	if props.MessageID.Kind == 0 {
@@ -102,23 +99,23 @@ func inboundOne(raw []byte) (projection.Message, error) {
 		// properties section a message without one gains.
 		dst := make([]byte, 0, len(raw)+64)
 		if raw, _, err = message.AppendWithMessageID(dst, &s, id); err != nil {
-			return projection.Message{}, fmt.Errorf("%w: %v", errBadMessage, err)
+			return broker.Message{}, fmt.Errorf("%w: %v", errBadMessage, err)
 		}
 	} else {
 		id = string(props.MessageID.AppendText(nil))
 		raw = bytes.Clone(raw)
 	}
-	m := projection.Message{Body: raw, MessageID: id, SessionID: string(props.GroupID)}
+	m := broker.Message{Body: raw, MessageID: id, SessionID: string(props.GroupID)}
 	hdr, err := s.ReadHeader()
 	if err != nil {
-		return projection.Message{}, fmt.Errorf("%w: header: %v", errBadMessage, err)
+		return broker.Message{}, fmt.Errorf("%w: header: %v", errBadMessage, err)
 	}
 	if hdr.HasTTL && hdr.TTL > 0 {
 		m.TTL = time.Duration(hdr.TTL) * time.Millisecond
 	}
 	ann, err := s.ReadClientAnnotations()
 	if err != nil {
-		return projection.Message{}, fmt.Errorf("%w: message annotations: %w", errBadMessage, err)
+		return broker.Message{}, fmt.Errorf("%w: message annotations: %w", errBadMessage, err)
 	}
 	if ann.HasScheduledEnqueueTime {
 		m.ScheduledAt = nanos(encoding.Timestamp(ann.ScheduledEnqueueTime))
@@ -180,7 +177,7 @@ func outbound(dst []byte, d *broker.Delivery) ([]byte, error) {
 		{Key: annSequenceNumber, Value: message.LongValue(int64(d.Seq))},
 		{Key: annEnqueuedTime, Value: message.TimestampValue(timestamp(d.EnqueuedAt))},
 	}
-	if d.Token != (event.LockToken{}) {
+	if d.Token != (broker.LockToken{}) {
 		del.LockToken, del.HasLockToken = encoding.UUID(d.Token), true
 		del.Annotations = append(del.Annotations,
 			message.Annotation{Key: annLockedUntil, Value: message.TimestampValue(timestamp(d.LockedUntil))})
@@ -192,7 +189,7 @@ func outbound(dst []byte, d *broker.Delivery) ([]byte, error) {
 		}
 	}
 	switch {
-	case d.State == index.Scheduled:
+	case d.State == broker.Scheduled:
 		del.Annotations = append(del.Annotations, message.Annotation{Key: annMessageState, Value: message.IntValue(stateScheduled)})
 	case d.Deferred:
 		del.Annotations = append(del.Annotations, message.Annotation{Key: annMessageState, Value: message.IntValue(stateDeferred)})
@@ -216,7 +213,7 @@ func overlayProperties(overlays []broker.Overlay) ([]message.Property, error) {
 		set = append(set, message.Property{Key: key, Value: value})
 	}
 	for _, ov := range overlays {
-		if ov.Type == event.DeadLettered || ov.Type == event.Forwarded || ov.Type == event.TransferDeadLettered {
+		if ov.Type == broker.DeadLettered || ov.Type == broker.Forwarded || ov.Type == broker.TransferDeadLettered {
 			put(propDeadLetterReason, ov.Reason)
 			put(propDeadLetterDescription, ov.Description)
 		}
@@ -266,16 +263,16 @@ func nanos(ts encoding.Timestamp) int64 {
 
 // deliveryTag is the lock token in .NET GUID byte order, as Service Bus
 // sends it: the first three groups are little-endian (servicebus-wire.md §5).
-func deliveryTag(t event.LockToken) [16]byte {
+func deliveryTag(t broker.LockToken) [16]byte {
 	return [16]byte{t[3], t[2], t[1], t[0], t[5], t[4], t[7], t[6],
 		t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15]}
 }
 
 // tokenFromTag reverses deliveryTag.
-func tokenFromTag(tag []byte) (event.LockToken, bool) {
+func tokenFromTag(tag []byte) (broker.LockToken, bool) {
 	if len(tag) != 16 {
-		return event.LockToken{}, false
+		return broker.LockToken{}, false
 	}
-	return event.LockToken{tag[3], tag[2], tag[1], tag[0], tag[5], tag[4], tag[7], tag[6],
+	return broker.LockToken{tag[3], tag[2], tag[1], tag[0], tag[5], tag[4], tag[7], tag[6],
 		tag[8], tag[9], tag[10], tag[11], tag[12], tag[13], tag[14], tag[15]}, true
 }

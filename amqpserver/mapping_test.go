@@ -13,8 +13,6 @@ import (
 	"github.com/walbus/walbus/amqpserver/encoding"
 	"github.com/walbus/walbus/amqpserver/frames"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log/event"
 )
 
 func marshal(t *testing.T, m *amqp.Message) []byte {
@@ -144,14 +142,14 @@ func TestOutboundAsTheGoSDKReadsIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	token := event.LockToken{0xa1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	token := broker.LockToken{0xa1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	d := broker.Delivery{
 		Seq: 77, Token: token, LockedUntil: enqueued.Add(time.Minute).UnixNano(), Deliveries: 2,
-		State: index.Locked, EnqueuedAt: enqueued.UnixNano(), ExpiresAt: enqueued.Add(time.Hour).UnixNano(),
+		State: broker.Locked, EnqueuedAt: enqueued.UnixNano(), ExpiresAt: enqueued.Add(time.Hour).UnixNano(),
 		Message: body,
 		Overlays: []broker.Overlay{
-			{Type: event.Abandoned, Props: propBytes},
-			{Type: event.DeadLettered, Reason: "bad", Description: "really bad"},
+			{Type: broker.Abandoned, Props: propBytes},
+			{Type: broker.DeadLettered, Reason: "bad", Description: "really bad"},
 		},
 	}
 	out, err := outbound(nil, &d)
@@ -192,12 +190,12 @@ func TestOutboundAsTheGoSDKReadsIt(t *testing.T) {
 	}
 
 	// Deferred and scheduled states; no lock, no locked-until.
-	d.Token, d.Overlays, d.Deferred = event.LockToken{}, nil, true
+	d.Token, d.Overlays, d.Deferred = broker.LockToken{}, nil, true
 	m = unmarshal(t, must(outbound(nil, &d)))
 	if m.Annotations["x-opt-message-state"] != int32(1) || m.DeliveryAnnotations["x-opt-lock-token"] != nil {
 		t.Errorf("deferred delivery: %#v %#v", m.Annotations, m.DeliveryAnnotations)
 	}
-	d.Deferred, d.State = false, index.Scheduled
+	d.Deferred, d.State = false, broker.Scheduled
 	if m = unmarshal(t, must(outbound(nil, &d))); m.Annotations["x-opt-message-state"] != int32(2) {
 		t.Errorf("scheduled state %#v", m.Annotations["x-opt-message-state"])
 	}
@@ -213,7 +211,7 @@ func must(b []byte, err error) []byte {
 func TestDeliveryTagIsDotNetOrder(t *testing.T) {
 	// servicebus-wire.md §5: RFC 01020304-0506-0708-090a-0b0c0d0e0f10 goes
 	// on the wire as 04 03 02 01 06 05 08 07 09 0a 0b 0c 0d 0e 0f 10.
-	token := event.LockToken{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	token := broker.LockToken{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	tag := deliveryTag(token)
 	want := [16]byte{4, 3, 2, 1, 6, 5, 8, 7, 9, 10, 11, 12, 13, 14, 15, 16}
 	if tag != want {

@@ -9,7 +9,7 @@ import (
 	"github.com/Azure/go-amqp"
 
 	"github.com/walbus/walbus/amqpserver/frames"
-	"github.com/walbus/walbus/log/event"
+	"github.com/walbus/walbus/broker"
 )
 
 // A receive-and-delete link that closes while the broker is making the
@@ -66,7 +66,7 @@ func TestReceiveAndDeleteOnAClosingLinkLosesNothing(t *testing.T) {
 		if err := e.Sync(); err != nil {
 			t.Fatal(err)
 		}
-		peek, err := e.Peek(event.MainQueue, 1, 2*n, "")
+		peek, err := e.Peek(broker.MainQueue, 1, 2*n, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,8 +9,6 @@ import (
 	"github.com/walbus/walbus/amqpserver/encoding"
 	"github.com/walbus/walbus/amqpserver/message"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log"
-	"github.com/walbus/walbus/projection"
 )
 
 // The request/response message exchange of the $cbs and $management nodes
@@ -131,23 +129,23 @@ const (
 // 401, 404 and 410 as a broken connection, so ordinary conditions avoid them.
 func classify(err error) (condition string, status int32) {
 	switch {
-	case errors.Is(err, projection.ErrLockLost):
+	case errors.Is(err, broker.ErrLockLost):
 		return condLockLost, 410
-	case errors.Is(err, projection.ErrSessionLockLost):
+	case errors.Is(err, broker.ErrSessionLockLost):
 		return condSessionLockLost, 410
-	case errors.Is(err, projection.ErrSessionCannotBeLocked):
+	case errors.Is(err, broker.ErrSessionCannotBeLocked):
 		return condSessionCannotLock, 410
-	case errors.Is(err, projection.ErrMessageNotFound):
+	case errors.Is(err, broker.ErrMessageNotFound):
 		return condMessageNotFound, 404
 	case errors.Is(err, broker.ErrEntityNotFound):
 		return condNotFound, 404
 	case errors.Is(err, broker.ErrTimeout):
 		return condTimeout, 408
-	case errors.Is(err, projection.ErrMessageTooLarge):
+	case errors.Is(err, broker.ErrMessageTooLarge):
 		return condMessageTooLarge, 413
-	case errors.Is(err, projection.ErrNotAllowed), errors.Is(err, projection.ErrSessionIDRequired):
+	case errors.Is(err, broker.ErrNotAllowed), errors.Is(err, broker.ErrSessionIDRequired):
 		return condNotAllowed, 400
-	case errors.Is(err, projection.ErrInvalid):
+	case errors.Is(err, broker.ErrInvalid):
 		return condInvalidField, 400
 	case errors.Is(err, broker.ErrClosed):
 		return condServerBusy, 503
@@ -171,7 +169,7 @@ func describe(err error) string {
 	switch {
 	case isDiskFull(err):
 		return "The broker cannot store anything: its disk is full. Nothing was stored; try again later."
-	case errors.Is(err, log.ErrFailed):
+	case errors.Is(err, broker.ErrLogFailed):
 		return "The broker cannot write to its storage right now. Nothing was stored; try again later."
 	}
 	return err.Error()

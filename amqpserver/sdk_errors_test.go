@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
 	"github.com/walbus/walbus/amqpserver/sas"
-	"github.com/walbus/walbus/projection"
+	"github.com/walbus/walbus/broker"
 )
 
 // The errors the SDK must classify as it does against Azure.
 func TestSDKErrorsClassified(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	newClient := func(cs string) *azservicebus.Client {
 		c, err := azservicebus.NewClientFromConnectionString(cs, &azservicebus.ClientOptions{
 			RetryOptions: azservicebus.RetryOptions{MaxRetries: -1}})
@@ -87,9 +88,9 @@ func TestSDKErrorsClassified(t *testing.T) {
 // limit. A 413 from the broker instead made the Go SDK rebuild its
 // connection for about 45 seconds before giving up (CodeConnectionLost).
 func TestSDKScheduleOversizeFailsAtOnce(t *testing.T) {
-	small := projection.DefaultConfig()
+	small := broker.DefaultConfig()
 	small.MaxMessageSize = 64 << 10
-	tb := startBroker(t, map[string]projection.Config{"small": small})
+	tb := startBroker(t, map[string]broker.Config{"small": small})
 	s, _ := tb.client(t).NewSender("small", nil)
 	ctx, cancel := contextWithTimeout(t, 10*time.Second)
 	defer cancel()

@@ -7,7 +7,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
-	"github.com/walbus/walbus/projection"
+
+	"github.com/walbus/walbus/broker"
 )
 
 // createQueues creates queues in the order given (forwarding targets
@@ -15,7 +16,7 @@ import (
 func createQueues(t *testing.T, tb *testBroker, queues ...any) {
 	t.Helper()
 	for i := 0; i < len(queues); i += 2 {
-		if _, err := tb.b.CreateQueue(queues[i].(string), queues[i+1].(projection.Config)); err != nil {
+		if _, err := tb.b.CreateQueue(queues[i].(string), queues[i+1].(broker.Config)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -26,9 +27,9 @@ func createQueues(t *testing.T, tb *testBroker, queues ...any) {
 // a message scheduled through the first queue is cancelled through it.
 func TestSDKForwardTo(t *testing.T) {
 	tb := startBroker(t, nil)
-	first, middle := projection.DefaultConfig(), projection.DefaultConfig()
+	first, middle := broker.DefaultConfig(), broker.DefaultConfig()
 	first.ForwardTo, middle.ForwardTo = "middle", "last"
-	createQueues(t, tb, "last", projection.DefaultConfig(), "middle", middle, "first", first)
+	createQueues(t, tb, "last", broker.DefaultConfig(), "middle", middle, "first", first)
 	c := tb.client(t)
 	s, err := c.NewSender("first", nil)
 	if err != nil {
@@ -72,10 +73,10 @@ func TestSDKForwardTo(t *testing.T) {
 // queue ends up empty.
 func TestSDKForwardDeadLettered(t *testing.T) {
 	tb := startBroker(t, nil)
-	work := projection.DefaultConfig()
+	work := broker.DefaultConfig()
 	work.MaxDeliveryCount = 2
 	work.ForwardDeadLetteredMessagesTo = "parking"
-	createQueues(t, tb, "parking", projection.DefaultConfig(), "work", work)
+	createQueues(t, tb, "parking", broker.DefaultConfig(), "work", work)
 	c := tb.client(t)
 	sendBodies(t, c, "work", "explicit", "exceeded")
 	r, _ := c.NewReceiverForQueue("work", nil)
@@ -151,9 +152,9 @@ func TestSDKForwardDeadLettered(t *testing.T) {
 // repeat inside a batch never reach the target.
 func TestSDKForwardToDuplicateDetection(t *testing.T) {
 	tb := startBroker(t, nil)
-	first := projection.DefaultConfig()
+	first := broker.DefaultConfig()
 	first.ForwardTo, first.RequiresDuplicateDetection = "last", true
-	createQueues(t, tb, "last", projection.DefaultConfig(), "first", first)
+	createQueues(t, tb, "last", broker.DefaultConfig(), "first", first)
 	c := tb.client(t)
 	s, err := c.NewSender("first", nil)
 	if err != nil {

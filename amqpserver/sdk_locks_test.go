@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
-	"github.com/walbus/walbus/projection"
+
+	"github.com/walbus/walbus/broker"
 )
 
 func sbCode(err error) azservicebus.Code {
@@ -18,9 +19,9 @@ func sbCode(err error) azservicebus.Code {
 }
 
 func TestSDKRenewLockAndLockExpiry(t *testing.T) {
-	cfg := projection.DefaultConfig()
+	cfg := broker.DefaultConfig()
 	cfg.LockDuration = 2 * time.Second
-	tb := startBroker(t, map[string]projection.Config{"q1": cfg})
+	tb := startBroker(t, map[string]broker.Config{"q1": cfg})
 	c := tb.client(t)
 	sendBodies(t, c, "q1", "a", "b")
 	r, _ := c.NewReceiverForQueue("q1", nil)
@@ -54,7 +55,7 @@ func TestSDKRenewLockAndLockExpiry(t *testing.T) {
 // lock token alone, through $management (azservicebus's
 // TestReceiver_SettleWithOnlyLockToken).
 func TestSDKSettleWithOnlyLockToken(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	for _, outcome := range []string{"complete", "abandon", "deadletter", "defer"} {
 		sendBodies(t, c, "q1", outcome)

@@ -10,14 +10,15 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
-	"github.com/walbus/walbus/projection"
+
+	"github.com/walbus/walbus/broker"
 )
 
 // Every message property and every application-property type survives the
 // broker, with the exact Go types azservicebus's own TestReceiverAMQPDataTypes
 // expects.
 func TestSDKMessagePropertiesRoundTrip(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	s, _ := c.NewSender("q1", nil)
 	stamp := time.Date(2000, 1, 1, 1, 2, 3, 0, time.UTC)
@@ -75,7 +76,7 @@ func TestSDKMessagePropertiesRoundTrip(t *testing.T) {
 
 // A message sent without an id gets one (Service Bus assigns it).
 func TestSDKMessageIDAssigned(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	sendBodies(t, c, "q1", "x")
 	r, _ := c.NewReceiverForQueue("q1", nil)
@@ -85,7 +86,7 @@ func TestSDKMessageIDAssigned(t *testing.T) {
 }
 
 func TestSDKBatchSend(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	s, _ := c.NewSender("q1", nil)
 	batch, err := s.NewMessageBatch(ctxT(t), nil)
@@ -112,7 +113,7 @@ func TestSDKBatchSend(t *testing.T) {
 // Peek in SequenceNumber order, paging with last+1, including locked,
 // deferred and scheduled messages.
 func TestSDKPeekPagingAndStates(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	sendBodies(t, c, "q1", "0", "1", "2", "3", "4", "5", "6")
 	s, _ := c.NewSender("q1", nil)
@@ -150,7 +151,7 @@ func TestSDKPeekPagingAndStates(t *testing.T) {
 }
 
 func TestSDKScheduleAndCancel(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	s, _ := c.NewSender("q1", nil)
 	soon := time.Now().Add(700 * time.Millisecond)
@@ -193,7 +194,7 @@ func TestSDKScheduleAndCancel(t *testing.T) {
 // ScheduledEnqueueTime; the time once overflowed into the past, and the
 // messages were enqueued at once.
 func TestSDKScheduleFarFuture(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	s, _ := c.NewSender("q1", nil)
 	far := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -229,7 +230,7 @@ func TestSDKScheduleFarFuture(t *testing.T) {
 // its own there; the client's null would make the SDK panic
 // (lockedUntil.(time.Time)).
 func TestSDKClientCannotSetBrokerAnnotations(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	s, _ := c.NewSender("q1", nil)
 	for range 3 {
@@ -285,7 +286,7 @@ func TestSDKClientCannotSetBrokerAnnotations(t *testing.T) {
 // (TestNilPartitionKey's comment), at once and for good: stored, it would
 // make every Go receiver of the message panic.
 func TestSDKNullServiceBusAnnotationsRefused(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	s, _ := c.NewSender("q1", nil)
 	for _, key := range []string{"x-opt-scheduled-enqueue-time", "x-opt-message-state", "x-opt-enqueue-sequence-number"} {

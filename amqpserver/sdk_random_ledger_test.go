@@ -13,8 +13,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
-	"github.com/walbus/walbus/log/event"
-	"github.com/walbus/walbus/projection"
+	"github.com/walbus/walbus/broker"
 )
 
 // The ledger of TestSDKRandomWorkloadKeepsInvariants: where every message
@@ -81,7 +80,7 @@ type ledger struct {
 	t       *testing.T
 	seed    uint64
 	stop    context.CancelFunc
-	cfgs    map[string]projection.Config
+	cfgs    map[string]broker.Config
 	mu      sync.Mutex
 	clock   uint64
 	next    int
@@ -95,7 +94,7 @@ type ledger struct {
 	acceptMu sync.Mutex
 }
 
-func newLedger(t *testing.T, seed uint64, stop context.CancelFunc, cfgs map[string]projection.Config) *ledger {
+func newLedger(t *testing.T, seed uint64, stop context.CancelFunc, cfgs map[string]broker.Config) *ledger {
 	l := &ledger{t: t, seed: seed, stop: stop, cfgs: cfgs, recs: map[string]*record{}, sess: map[string]*sessionRec{},
 		tally: map[string]int{}}
 	for _, s := range randomSessions {
@@ -416,7 +415,7 @@ func (l *ledger) settling(r *record, who string, o outcome) (leaves bool) {
 			r.state = rDeadLettered
 		case r.abandons >= l.cfgs[r.queue].MaxDeliveryCount:
 			l.tally["dead-lettered by MaxDeliveryCount"]++
-			r.state, r.reason, r.description = rDeadLettered, projection.ReasonMaxDeliveryCount, nil
+			r.state, r.reason, r.description = rDeadLettered, broker.ReasonMaxDeliveryCount, nil
 		case deferred:
 			r.state = rDeferred
 		default:
@@ -603,15 +602,15 @@ func (l *ledger) expected(queue string, sub uint32) (must map[string]bool, may m
 			continue
 		}
 		switch {
-		case sub == event.DeadLetterQueue && r.state == rDeadLettered:
+		case sub == broker.DeadLetterQueue && r.state == rDeadLettered:
 			must[r.id] = false
-		case sub == event.MainQueue && r.state == rAvailable:
+		case sub == broker.MainQueue && r.state == rAvailable:
 			must[r.id] = false
-		case sub == event.MainQueue && r.state == rDeferred:
+		case sub == broker.MainQueue && r.state == rDeferred:
 			must[r.id] = true
-		case sub == event.MainQueue && r.state == rScheduled && !r.cancelled:
+		case sub == broker.MainQueue && r.state == rScheduled && !r.cancelled:
 			must[r.id] = false
-		case sub == event.MainQueue && r.state == rScheduled && !r.far:
+		case sub == broker.MainQueue && r.state == rScheduled && !r.far:
 			may[r.id] = false
 		}
 	}

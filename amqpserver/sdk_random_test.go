@@ -17,9 +17,6 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/index"
-	"github.com/walbus/walbus/log/event"
-	"github.com/walbus/walbus/projection"
 )
 
 var (
@@ -70,12 +67,12 @@ func TestSDKRandomWorkloadKeepsInvariants(t *testing.T) {
 }
 
 func runSDKRandom(t *testing.T, seed uint64, steps int) {
-	plain := projection.DefaultConfig()
+	plain := broker.DefaultConfig()
 	plain.MaxDeliveryCount = 5
-	dedup := projection.DefaultConfig()
+	dedup := broker.DefaultConfig()
 	dedup.RequiresDuplicateDetection = true
 	dedup.MaxDeliveryCount = 3
-	cfgs := map[string]projection.Config{qPlain: plain, qSessions: sessionQueue(), qDedup: dedup}
+	cfgs := map[string]broker.Config{qPlain: plain, qSessions: sessionQueue(), qDedup: dedup}
 	tb := startBroker(t, cfgs)
 	ctx, stop := context.WithTimeout(context.Background(), 90*time.Second)
 	defer stop()
@@ -113,7 +110,7 @@ func runSDKRandom(t *testing.T, seed uint64, steps int) {
 	// time, then for the broker to show what the ledger expects.
 	time.Sleep(time.Until(l.lastScheduled()))
 	for _, q := range []string{qPlain, qSessions, qDedup} {
-		for _, sub := range []uint32{event.MainQueue, event.DeadLetterQueue} {
+		for _, sub := range []uint32{broker.MainQueue, broker.DeadLetterQueue} {
 			d.checkQuiescent(tb.b, q, sub)
 		}
 	}
@@ -136,7 +133,7 @@ func runSDKRandom(t *testing.T, seed uint64, steps int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, sub := range []uint32{event.MainQueue, event.DeadLetterQueue, event.TransferDeadLetterQueue} {
+		for _, sub := range []uint32{broker.MainQueue, broker.DeadLetterQueue, broker.TransferDeadLetterQueue} {
 			if c, err := e.Counts(sub); err != nil || c.Total != 0 {
 				t.Errorf("seed %d: %s queue %d holds %+v after the drain (%v)", seed, q, sub, c, err)
 			}
@@ -1071,7 +1068,7 @@ func (w *worker) checkQuiescent(b *broker.Broker, queue string, sub uint32) {
 				diff = append(diff, fmt.Sprintf("unexpected %s (seq %d, %v)", d.MessageID, d.Seq, d.State))
 			case ok && deferred != d.Deferred:
 				diff = append(diff, fmt.Sprintf("%s deferred=%v", d.MessageID, d.Deferred))
-			case d.State != index.Available && d.State != index.Deferred:
+			case d.State != broker.Available && d.State != broker.Deferred:
 				diff = append(diff, fmt.Sprintf("%s %v", d.MessageID, d.State))
 			}
 			held[d.MessageID] = true
@@ -1099,10 +1096,10 @@ func (w *worker) checkQuiescent(b *broker.Broker, queue string, sub uint32) {
 		w.l.mu.Unlock()
 		return
 	}
-	if queue == qSessions && sub == event.MainQueue {
+	if queue == qSessions && sub == broker.MainQueue {
 		return // peeked per session while drained
 	}
-	sq := subqueue{queue, sub == event.DeadLetterQueue}
+	sq := subqueue{queue, sub == broker.DeadLetterQueue}
 	var all []*azservicebus.ReceivedMessage
 	r := w.receiver(sq).r
 	page := 1 + w.rng.IntN(6)
@@ -1155,9 +1152,9 @@ func (w *worker) checkQuiescent(b *broker.Broker, queue string, sub uint32) {
 // drainPlain receives and completes everything left in a queue that has no
 // sessions (deferred messages by number), or in a dead-letter queue.
 func (w *worker) drainPlain(b *broker.Broker, sq subqueue) {
-	sub := event.MainQueue
+	sub := broker.MainQueue
 	if sq.dlq {
-		sub = event.DeadLetterQueue
+		sub = broker.DeadLetterQueue
 	}
 	e, _ := b.Entity(sq.queue)
 	r := w.receiver(sq)
@@ -1220,7 +1217,7 @@ func (w *worker) drainSessions(b *broker.Broker) {
 		}) {
 			left[r.session] = true
 		}
-		peek, err := e.Peek(event.MainQueue, 1, 1<<20, "")
+		peek, err := e.Peek(broker.MainQueue, 1, 1<<20, "")
 		if err != nil {
 			w.l.fail("peek: %v", err)
 			return

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
-	"github.com/walbus/walbus/projection"
+
+	"github.com/walbus/walbus/broker"
 )
 
 // Clients carry on when walbus restarts under them, and nothing that was
 // acknowledged before the restart is lost.
 func TestSDKRecoversAcrossRestart(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	tb.reconnects = true
 	c := tb.client(t)
 	s, _ := c.NewSender("q1", nil)

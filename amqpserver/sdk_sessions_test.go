@@ -11,11 +11,12 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
-	"github.com/walbus/walbus/projection"
+
+	"github.com/walbus/walbus/broker"
 )
 
-func sessionQueue() projection.Config {
-	cfg := projection.DefaultConfig()
+func sessionQueue() broker.Config {
+	cfg := broker.DefaultConfig()
 	cfg.RequiresSession = true
 	return cfg
 }
@@ -53,7 +54,7 @@ func sessionBodies(t *testing.T, r *azservicebus.SessionReceiver, n int) []strin
 }
 
 func TestSDKSessions(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"sq": sessionQueue()})
+	tb := startBroker(t, map[string]broker.Config{"sq": sessionQueue()})
 	c := tb.client(t)
 	sendToSession(t, c, "sq", "s1", "a1", "a2", "a3")
 	sendToSession(t, c, "sq", "s2", "b1")
@@ -151,7 +152,7 @@ func TestSDKSessions(t *testing.T) {
 // race: it showed in 2 to 9 runs of 10 under -race, depending on the load
 // of the machine, a few to a hundred rounds in.)
 func TestSDKRequestsRightAfterAcceptingASessionAreAboutIt(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"sq": sessionQueue()})
+	tb := startBroker(t, map[string]broker.Config{"sq": sessionQueue()})
 	c := tb.client(t)
 	sendToSession(t, c, "sq", "mine", "m")
 	sendToSession(t, c, "sq", "other", "o")
@@ -185,7 +186,7 @@ func TestSDKRequestsRightAfterAcceptingASessionAreAboutIt(t *testing.T) {
 func TestSDKSessionQueueDeadLetters(t *testing.T) {
 	cfg := sessionQueue()
 	cfg.MaxDeliveryCount = 2
-	tb := startBroker(t, map[string]projection.Config{"sq": cfg})
+	tb := startBroker(t, map[string]broker.Config{"sq": cfg})
 	c := tb.client(t)
 	sendToSession(t, c, "sq", "s1", "poison", "bad")
 

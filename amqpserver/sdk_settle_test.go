@@ -7,7 +7,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
-	"github.com/walbus/walbus/projection"
+
+	"github.com/walbus/walbus/broker"
 )
 
 func sendBodies(t *testing.T, c *azservicebus.Client, queue string, bodies ...string) {
@@ -38,7 +39,7 @@ func receiveN(t *testing.T, r *azservicebus.Receiver, n int) []*azservicebus.Rec
 }
 
 func TestSDKAbandonCountsDeliveries(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	sendBodies(t, c, "q1", "a")
 	r, _ := c.NewReceiverForQueue("q1", nil)
@@ -62,9 +63,9 @@ func TestSDKAbandonCountsDeliveries(t *testing.T) {
 }
 
 func TestSDKDeadLetterAndDeadLetterQueue(t *testing.T) {
-	cfg := projection.DefaultConfig()
+	cfg := broker.DefaultConfig()
 	cfg.MaxDeliveryCount = 2
-	tb := startBroker(t, map[string]projection.Config{"q1": cfg})
+	tb := startBroker(t, map[string]broker.Config{"q1": cfg})
 	c := tb.client(t)
 	sendBodies(t, c, "q1", "explicit", "exceeded")
 	r, _ := c.NewReceiverForQueue("q1", nil)
@@ -117,7 +118,7 @@ func TestSDKDeadLetterAndDeadLetterQueue(t *testing.T) {
 }
 
 func TestSDKDeferAndReceiveDeferred(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	sendBodies(t, c, "q1", "later", "rad")
 	r, _ := c.NewReceiverForQueue("q1", nil)
@@ -175,7 +176,7 @@ func TestSDKDeferAndReceiveDeferred(t *testing.T) {
 }
 
 func TestSDKReceiveAndDelete(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	sendBodies(t, c, "q1", "a", "b", "c")
 	r, _ := c.NewReceiverForQueue("q1", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/projection"
 )
 
 // testBroker is a real broker and AMQP server on a loopback port.
@@ -28,7 +28,7 @@ type testBroker struct {
 	reconnects bool
 }
 
-func startBroker(t *testing.T, queues map[string]projection.Config) *testBroker {
+func startBroker(t *testing.T, queues map[string]broker.Config) *testBroker {
 	t.Helper()
 	tb := &testBroker{dir: t.TempDir()}
 	tb.start(t, "127.0.0.1:0")
@@ -108,7 +108,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func TestSDKSendReceiveComplete(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	ctx := ctxT(t)
 	s, err := c.NewSender("q1", nil)

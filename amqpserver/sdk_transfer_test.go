@@ -8,8 +8,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/projection"
 )
 
 // The transfer dead-letter queue's address, "<queue>/$Transfer/$DeadLetterQueue",
@@ -18,7 +18,7 @@ import (
 // which the SDK reports as a fatal CodeNotFound. A sender to it is refused
 // message by message, as one to the dead-letter queue is.
 func TestSDKTransferDeadLetterQueueAddress(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"q1": projection.DefaultConfig()})
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
 	c := tb.client(t)
 	r, err := c.NewReceiverForQueue("q1", &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueTransfer})
 	if err != nil {
@@ -52,7 +52,7 @@ func TestSDKTransferDeadLetterQueueAddress(t *testing.T) {
 // by SequenceNumber and settles it through $management.
 func TestSDKTransferDeadLetterQueue(t *testing.T) {
 	tb := startBroker(t, nil)
-	small, work := projection.DefaultConfig(), projection.DefaultConfig()
+	small, work := broker.DefaultConfig(), broker.DefaultConfig()
 	small.MaxMessageSize = 1024
 	work.ForwardDeadLetteredMessagesTo = "small"
 	createQueues(t, tb, "small", small, "work", work)
@@ -131,8 +131,8 @@ func TestSDKTransferDeadLetterQueue(t *testing.T) {
 // created and when it is changed; the queue keeps its messages for its
 // session receivers.
 func TestSDKSessionQueueCannotForward(t *testing.T) {
-	tb := startBroker(t, map[string]projection.Config{"target": projection.DefaultConfig()})
-	cfg := projection.DefaultConfig()
+	tb := startBroker(t, map[string]broker.Config{"target": broker.DefaultConfig()})
+	cfg := broker.DefaultConfig()
 	cfg.RequiresSession, cfg.ForwardTo = true, "target"
 	if _, err := tb.b.CreateQueue("sessions", cfg); !errors.Is(err, broker.ErrForwarding) || !strings.Contains(err.Error(), "session") {
 		t.Fatalf("create a session queue with ForwardTo: %v", err)
@@ -169,10 +169,10 @@ func TestSDKSessionQueueCannotForward(t *testing.T) {
 // DeadLetterReason MaxTransferHopCountExceeded.
 func TestSDKDeadLetterForwardingStopsAtFourHops(t *testing.T) {
 	tb := startBroker(t, nil)
-	a := projection.DefaultConfig()
+	a := broker.DefaultConfig()
 	a.ForwardDeadLetteredMessagesTo = "b"
-	createQueues(t, tb, "b", projection.DefaultConfig(), "a", a)
-	b := projection.DefaultConfig()
+	createQueues(t, tb, "b", broker.DefaultConfig(), "a", a)
+	b := broker.DefaultConfig()
 	b.ForwardDeadLetteredMessagesTo = "a"
 	if err := tb.b.UpdateQueue("b", b); err != nil {
 		t.Fatal(err)

@@ -7,14 +7,15 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
-	"github.com/walbus/walbus/projection"
+
+	"github.com/walbus/walbus/broker"
 )
 
 func TestSDKDuplicateDetection(t *testing.T) {
-	cfg := projection.DefaultConfig()
+	cfg := broker.DefaultConfig()
 	cfg.RequiresDuplicateDetection = true
 	cfg.DuplicateWindow = time.Minute
-	tb := startBroker(t, map[string]projection.Config{"q1": cfg})
+	tb := startBroker(t, map[string]broker.Config{"q1": cfg})
 	c := tb.client(t)
 	s, _ := c.NewSender("q1", nil)
 	for _, id := range []string{"a", "b", "a", "a"} {
@@ -40,14 +41,14 @@ func TestSDKDuplicateDetection(t *testing.T) {
 }
 
 func TestSDKTimeToLive(t *testing.T) {
-	capped := projection.DefaultConfig()
+	capped := broker.DefaultConfig()
 	capped.DefaultTTL = time.Hour
-	short := projection.DefaultConfig()
+	short := broker.DefaultConfig()
 	short.DefaultTTL = 500 * time.Millisecond
-	toDLQ := projection.DefaultConfig()
+	toDLQ := broker.DefaultConfig()
 	toDLQ.DefaultTTL = 500 * time.Millisecond
 	toDLQ.DeadLetterOnExpiry = true
-	tb := startBroker(t, map[string]projection.Config{"capped": capped, "short": short, "dlq": toDLQ})
+	tb := startBroker(t, map[string]broker.Config{"capped": capped, "short": short, "dlq": toDLQ})
 	c := tb.client(t)
 
 	// The entity default is the default and the ceiling.

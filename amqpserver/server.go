@@ -22,7 +22,6 @@ import (
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/amqpserver/transport"
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/log/event"
 )
 
 // Config configures a Server.
@@ -245,14 +244,14 @@ var subqueueSuffixes = []struct {
 	suffix string
 	queue  uint32
 }{
-	{"/$Transfer/$DeadLetterQueue", event.TransferDeadLetterQueue},
-	{"/$DeadLetterQueue", event.DeadLetterQueue},
+	{"/$Transfer/$DeadLetterQueue", broker.TransferDeadLetterQueue},
+	{"/$DeadLetterQueue", broker.DeadLetterQueue},
 }
 
 // resolve returns the entity and queue number a link address names: "q",
 // "q/$DeadLetterQueue" or "q/$Transfer/$DeadLetterQueue".
 func (cs *connState) resolve(address string) (*broker.Entity, uint32, error) {
-	name, queue := address, event.MainQueue
+	name, queue := address, broker.MainQueue
 	for _, sub := range subqueueSuffixes {
 		if n := len(name) - len(sub.suffix); n >= 0 && strings.EqualFold(name[n:], sub.suffix) {
 			name, queue = name[:n], sub.queue

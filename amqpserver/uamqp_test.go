@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
+
 	"github.com/walbus/walbus/amqpserver/frames"
 	"github.com/walbus/walbus/amqpserver/sas"
 )

@@ -9,8 +9,7 @@ import (
 
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/amqpserver/transport"
-	"github.com/walbus/walbus/log/event"
-	"github.com/walbus/walbus/projection"
+	"github.com/walbus/walbus/broker"
 )
 
 // plainConn dials with SASL PLAIN, so no CBS dance is needed.
@@ -79,7 +78,7 @@ func TestDispositionOutcomes(t *testing.T) {
 	}
 
 	e, _ := b.Entity("q1")
-	peek, err := e.Peek(event.MainQueue, 1, 10, "")
+	peek, err := e.Peek(broker.MainQueue, 1, 10, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +95,7 @@ func TestDispositionOutcomes(t *testing.T) {
 	if _, ok := got["accept"]; ok {
 		t.Error("the accepted message is still there")
 	}
-	dlq, _ := e.Peek(event.DeadLetterQueue, 1, 10, "")
+	dlq, _ := e.Peek(broker.DeadLetterQueue, 1, 10, "")
 	if len(dlq) != 1 || len(dlq[0].Overlays) != 1 || dlq[0].Overlays[0].Reason != "r" {
 		t.Fatalf("dead-letter queue: %+v", dlq)
 	}
@@ -148,7 +147,7 @@ func TestMultiFrameMessages(t *testing.T) {
 	cfg := Config{Transport: transport.Config{MaxFrameSize: 4096, MaxMessageSize: 8 << 20}}
 	cfg.Keys, _ = sas.NewKeys(sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE", Rights: sas.Manage})
 	b, addr := startRaw(t, cfg)
-	big := projection.DefaultConfig()
+	big := broker.DefaultConfig()
 	big.MaxMessageSize = 8 << 20
 	if err := b.UpdateQueue("q1", big); err != nil {
 		t.Fatal(err)
@@ -171,7 +170,7 @@ func TestMultiFrameMessages(t *testing.T) {
 		t.Fatalf("receive 2 MB: %v", err)
 	}
 	// Past the entity's limit: rejected with message-size-exceeded.
-	small := projection.DefaultConfig()
+	small := broker.DefaultConfig()
 	small.MaxMessageSize = 1 << 20
 	b.UpdateQueue("q1", small)
 	err = snd.Send(ctxT(t), &amqp.Message{Data: [][]byte{body}}, nil)

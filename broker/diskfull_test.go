@@ -60,7 +60,7 @@ func TestDiskFullThenSpaceReturns(t *testing.T) {
 
 // A write that fails on the log's writer goroutine, after the actor has
 // appended and applied its events, poisons the log; the entity stops and
-// recovers by reopen and replay (DESIGN.md) although nothing else is
+// recovers by reopen and replay (docs/architecture.md) although nothing else is
 // written. Here the failed write held a Complete: the client is told it
 // failed, so the message comes back.
 func TestWriteFailureAfterApplyRecovers(t *testing.T) {
@@ -99,7 +99,7 @@ func TestWriteFailureAfterApplyRecovers(t *testing.T) {
 
 // The namespace log under a full disk: creating an entity fails with the
 // disk's error, and once space returns the next create reopens the log
-// (DESIGN.md: recovery by reopen), as an entity's log recovers
+// (docs/architecture.md: recovery by reopen), as an entity's log recovers
 // (TestDiskFullThenSpaceReturns), instead of failing with the old error
 // until a restart. The refused entity is not there after a restart, also
 // when its record was written and only its fsync failed; the others are.

@@ -457,6 +457,8 @@ func (e *Entity) startSnapshot(then func(error)) {
 	if _, err := l.Append(nil, func(err error) { barrier <- err }); err != nil {
 		barrier <- err
 	}
+	// The file is written off the actor, which goes on serving; the result
+	// comes back through post.
 	go func() {
 		err := <-barrier
 		start := time.Now()

@@ -222,7 +222,9 @@ func (e *Entity) forward() {
 	f.gen++
 	gen := f.gen
 	target.sendForwarded(msg, fw, func(err error) {
-		// done runs on the target's log writer, which must not block.
+		// done runs on the target's log writer, which must not block, and
+		// post blocks while this actor's queue is full: hand it over
+		// (docs/architecture.md#threading-contract).
 		go e.post(func(e *Entity) { e.forwarded(gen, err) })
 	})
 }

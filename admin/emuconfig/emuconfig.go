@@ -9,7 +9,7 @@
 // Keys match as the emulator writes them or without regard to case; unknown
 // keys are ignored. None of the emulator's own caps apply (entity count,
 // time to live, delivery count): only Service Bus's limits, through
-// projection.Config.Validate. Parse reports the first problem in the file as
+// broker.Config.Validate. Parse reports the first problem in the file as
 // an *Error naming its line, column and key path.
 package emuconfig
 
@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/projection"
 )
 
 // File is a parsed Config.json (its UserConfig; Logging and other sections
@@ -176,14 +175,14 @@ func Parse(path string, data []byte) (f *File, err error) {
 // defaults with each property the file gives applied. A time to live of 100
 // years or more (.NET writes "no limit" as TimeSpan.MaxValue) becomes 0,
 // walbus's "no limit". For a File from Parse the result passes Validate.
-func (q Queue) Config() projection.Config { return q.Properties.config() }
+func (q Queue) Config() broker.Config { return q.Properties.config() }
 
 // Config is the subscription's settings, as for Queue.Config.
-func (s Subscription) Config() projection.Config { return s.Properties.config() }
+func (s Subscription) Config() broker.Config { return s.Properties.config() }
 
 // Config is the topic's settings, as for Queue.Config; a topic has no lock
 // or delivery count of its own, so those stay at their defaults.
-func (t Topic) Config() projection.Config { return t.Properties.config() }
+func (t Topic) Config() broker.Config { return t.Properties.config() }
 
 // unlimitedTTL and beyond means no expiry: .NET's TimeSpan.MaxValue (which
 // ParseDuration saturates) and anything a person writes to mean "never".
@@ -196,8 +195,8 @@ func effectiveTTL(ttl time.Duration) time.Duration {
 	return ttl
 }
 
-func (p Properties) config() projection.Config {
-	c := projection.DefaultConfig()
+func (p Properties) config() broker.Config {
+	c := broker.DefaultConfig()
 	if p.LockDuration != nil {
 		c.LockDuration = *p.LockDuration
 	}

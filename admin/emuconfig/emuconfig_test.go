@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/projection"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -110,23 +109,23 @@ func TestSampleConfig(t *testing.T) {
 
 	// And the settings walbus stores for them.
 	ns := f.Namespaces[0]
-	q1 := projection.DefaultConfig()
+	q1 := broker.DefaultConfig()
 	q1.LockDuration, q1.MaxDeliveryCount, q1.DefaultTTL, q1.DuplicateWindow = time.Minute, 3, time.Hour, 20*time.Second
-	q2 := projection.DefaultConfig()
+	q2 := broker.DefaultConfig()
 	q2.LockDuration, q2.MaxDeliveryCount, q2.DefaultTTL = 30*time.Second, 25, 2*day
 	q2.DeadLetterOnExpiry, q2.RequiresSession, q2.RequiresDuplicateDetection = true, true, true
 	q2.DuplicateWindow, q2.ForwardDeadLetteredMessagesTo = 10*time.Minute, "queue.3"
-	topic := projection.DefaultConfig()
+	topic := broker.DefaultConfig()
 	topic.DefaultTTL, topic.DuplicateWindow = time.Hour, 20*time.Second
-	sub3 := projection.DefaultConfig()
+	sub3 := broker.DefaultConfig()
 	sub3.LockDuration, sub3.MaxDeliveryCount, sub3.DefaultTTL, sub3.ForwardTo = time.Minute, 3, time.Hour, "queue.1"
 	for _, c := range []struct {
 		name      string
-		got, want projection.Config
+		got, want broker.Config
 	}{
 		{"queue.1", ns.Queues[0].Config(), q1},
 		{"queue.2", ns.Queues[1].Config(), q2},
-		{"queue.3", ns.Queues[2].Config(), projection.DefaultConfig()},
+		{"queue.3", ns.Queues[2].Config(), broker.DefaultConfig()},
 		{"topic.1", ns.Topics[0].Config(), topic},
 		{"subscription.3", ns.Topics[0].Subscriptions[2].Config(), sub3},
 	} {
@@ -328,7 +327,7 @@ func TestErrors(t *testing.T) {
 		{"prose duration", queuesDoc(`{"Name": "a", "Properties": {"DefaultMessageTimeToLive": ‸"1 hour"}}`), qp + `.DefaultMessageTimeToLive: invalid duration "1 hour": want ISO 8601 (PT1M) or TimeSpan (00:01:00) form`},
 		{"duration beyond TimeSpan", queuesDoc(`{"Name": "a", "Properties": {"DefaultMessageTimeToLive": ‸"P10675200D"}}`), qp + `.DefaultMessageTimeToLive: invalid duration "P10675200D": beyond the range of a .NET TimeSpan`},
 
-		// Service Bus's limits, through projection.Config.Validate.
+		// Service Bus's limits, through broker.Config.Validate.
 		{"delivery count 0", queuesDoc(`{"Name": "a", "Properties": {"MaxDeliveryCount": ‸0}}`), qp + ".MaxDeliveryCount: max delivery count 0 must be at least 1"},
 		{"lock too long", queuesDoc(`{"Name": "a", "Properties": {"LockDuration": ‸"PT5M1S"}}`), qp + ".LockDuration: lock duration 5m1s out of range (0, 5m0s]"},
 		{"lock zero", queuesDoc(`{"Name": "a", "Properties": {"LockDuration": ‸"00:00:00"}}`), qp + ".LockDuration: lock duration 0s out of range (0, 5m0s]"},
@@ -550,7 +549,7 @@ func TestQueueConfig(t *testing.T) {
 		"RequiresSession": true, "RequiresDuplicateDetection": true,
 		"DuplicateDetectionHistoryTimeWindow": "P7D",
 		"ForwardDeadLetteredMessagesTo": "graveyard", "MaxMessageSizeInKilobytes": 102400`)
-	want := projection.Config{
+	want := broker.Config{
 		LockDuration:                  4*time.Minute + 30*time.Second,
 		MaxDeliveryCount:              1000, // beyond the emulator's cap of 10
 		DefaultTTL:                    400 * day,
@@ -567,7 +566,7 @@ func TestQueueConfig(t *testing.T) {
 	if got := parseQueue(t, `"ForwardTo": "next"`).Config().ForwardTo; got != "next" {
 		t.Errorf("ForwardTo %q", got)
 	}
-	if got := parseQueue(t, "").Config(); got != projection.DefaultConfig() {
+	if got := parseQueue(t, "").Config(); got != broker.DefaultConfig() {
 		t.Errorf("config of no properties %+v, want the defaults", got)
 	}
 

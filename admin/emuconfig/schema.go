@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/walbus/walbus/broker"
-	"github.com/walbus/walbus/projection"
 )
 
 // The schema of Config.json, read top down with the decoder; each function
@@ -175,7 +174,7 @@ const (
 )
 
 // properties reads an entity's Properties object, checking each value
-// where it stands against Service Bus's limits (projection.Config.Validate
+// where it stands against Service Bus's limits (broker.Config.Validate
 // on the defaults with that one setting applied), then the whole. It returns
 // the offset of each property read.
 func (d *decoder) properties(kind entityKind) (Properties, map[string]int) {
@@ -186,8 +185,8 @@ func (d *decoder) properties(kind entityKind) (Properties, map[string]int) {
 	}
 	// check fails at off if Service Bus's limits refuse the defaults with
 	// set applied.
-	check := func(off int, set func(*projection.Config)) {
-		c := projection.DefaultConfig()
+	check := func(off int, set func(*broker.Config)) {
+		c := broker.DefaultConfig()
 		set(&c)
 		if err := c.Validate(); err != nil {
 			d.failAt(off, err)
@@ -209,13 +208,13 @@ func (d *decoder) properties(kind entityKind) (Properties, map[string]int) {
 	const all = queueKind | topicKind | subscriptionKind
 	add("LockDuration", queueKind|subscriptionKind, func() {
 		v, off := d.duration()
-		check(off, func(c *projection.Config) { c.LockDuration = v })
+		check(off, func(c *broker.Config) { c.LockDuration = v })
 		p.LockDuration = &v
 	})
 	add("MaxDeliveryCount", queueKind|subscriptionKind, func() {
 		n, off := d.integer(math.MinInt32, math.MaxInt32) // a .NET int
 		v := int(n)
-		check(off, func(c *projection.Config) { c.MaxDeliveryCount = v })
+		check(off, func(c *broker.Config) { c.MaxDeliveryCount = v })
 		p.MaxDeliveryCount = &v
 	})
 	add("DefaultMessageTimeToLive", all, func() {
@@ -225,7 +224,7 @@ func (d *decoder) properties(kind entityKind) (Properties, map[string]int) {
 		if v <= 0 {
 			d.failf(off, "time to live %v must be positive", v)
 		}
-		check(off, func(c *projection.Config) { c.DefaultTTL = effectiveTTL(v) })
+		check(off, func(c *broker.Config) { c.DefaultTTL = effectiveTTL(v) })
 		p.DefaultMessageTimeToLive = &v
 	})
 	add("DeadLetteringOnMessageExpiration", queueKind|subscriptionKind, func() {
@@ -244,7 +243,7 @@ func (d *decoder) properties(kind entityKind) (Properties, map[string]int) {
 		v, off := d.duration()
 		// Checked even when detection is off, as Service Bus's
 		// administration client does.
-		check(off, func(c *projection.Config) { c.RequiresDuplicateDetection, c.DuplicateWindow = true, v })
+		check(off, func(c *broker.Config) { c.RequiresDuplicateDetection, c.DuplicateWindow = true, v })
 		p.DuplicateDetectionHistoryTimeWindow = &v
 	})
 	forward := func(target **string) func() {
@@ -265,7 +264,7 @@ func (d *decoder) properties(kind entityKind) (Properties, map[string]int) {
 		if kb < 0 || kb > maxKilobytes {
 			d.failf(off, "max message size %d KB out of range", kb)
 		}
-		check(off, func(c *projection.Config) { c.MaxMessageSize = int(kb * 1024) })
+		check(off, func(c *broker.Config) { c.MaxMessageSize = int(kb * 1024) })
 		p.MaxMessageSizeInKilobytes = &kb
 	})
 	start := d.object(fields...)
