@@ -7,7 +7,7 @@ FUZZTIME  ?= 10s
 FUZZMINIMIZE ?= 1s
 PKGS      := ./...
 
-.PHONY: all build run test vet fmt-check unit full-size test-js test-py bench bench-go fuzz crash clean
+.PHONY: all build run test vet staticcheck fmt-check unit full-size test-js test-py bench bench-go fuzz crash clean
 
 all: build
 
@@ -19,10 +19,14 @@ run: build
 	./$(BIN) serve
 
 # Everything CI runs.
-test: vet fmt-check unit full-size test-js test-py
+test: vet staticcheck fmt-check unit full-size test-js test-py
 
 vet:
 	$(GO) vet $(PKGS)
+
+# staticcheck, pinned in go.mod's tool block (honnef.co/go/tools).
+staticcheck:
+	$(GO) tool staticcheck $(PKGS)
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

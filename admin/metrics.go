@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/walbus/walbus/amqpserver/transport"
 	"github.com/walbus/walbus/broker"
@@ -56,7 +57,7 @@ func NewMetrics() *Metrics {
 			Help: "Time the last start took to recover the entity from its snapshot and log."}, []string{"entity"}),
 	}
 	m.reg.MustRegister(m.commit, m.fsync, m.records, m.snapshot, m.wait, m.recovery, entityCollector{m},
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -306,6 +306,7 @@ func parseConnString(s string) (target, error) {
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Scheme != "sb" || u.Hostname() == "" {
+		//lint:ignore ST1005 Endpoint is the connection string's key, spelled as users write it
 		return target{}, fmt.Errorf("Endpoint %q: want sb://host", endpoint)
 	}
 	t := target{host: u.Hostname(), tls: true, port: 5671,
@@ -315,6 +316,7 @@ func parseConnString(s string) (target, error) {
 	}
 	if p := u.Port(); p != "" {
 		if t.port, err = strconv.Atoi(p); err != nil {
+			//lint:ignore ST1005 Endpoint is the connection string's key, spelled as users write it
 			return target{}, fmt.Errorf("Endpoint %q: port %q", endpoint, p)
 		}
 	}

@@ -149,8 +149,10 @@ func (e *Entity) Attach(opts ReceiverOptions) (*Receiver, error) {
 		switch {
 		case q.Sessions() != nil && !opts.Sessions:
 			// Service Bus's own words, which the Go SDK's tests look for.
+			//lint:ignore ST1005 Service Bus's own words, punctuation included
 			return nil, fmt.Errorf("%w: It is not possible for an entity that requires sessions to create a non-sessionful message receiver.", projection.ErrNotAllowed)
 		case q.Sessions() == nil && opts.Sessions:
+			//lint:ignore ST1005 Service Bus's own words, punctuation included
 			return nil, fmt.Errorf("%w: A sessionful message receiver cannot be created on an entity that does not require sessions. Ensure RequiresSession is set to true when creating a Queue or Subscription to enable sessionful behavior.", projection.ErrNotAllowed)
 		}
 		opts.Session = ""

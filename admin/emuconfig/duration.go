@@ -154,6 +154,7 @@ func isoTicks(s string) (uint64, error) {
 			i, timeFound = end+1, true
 		}
 		if !timeFound {
+			//lint:ignore ST1005 T is the ISO 8601 time designator, which is upper case
 			return 0, errors.New("T must be followed by hours, minutes or seconds")
 		}
 		found = true
