@@ -84,65 +84,42 @@ func (l *Link) SetBurst(b *Burst) {
 	c.mu.Unlock()
 }
 
-// enterBurst makes the writer wakes of the caller's output go to l's
-// burst; leaveBurst ends that. Called with mu held.
-func (c *Conn) enterBurst(l *Link) { c.burst = l.burst }
-func (c *Conn) leaveBurst()        { c.burst = nil }
-
-// holdForBurst defers a writer wake to the open burst the current output
-// belongs to, if any. Called with mu held.
-func (c *Conn) holdForBurst() bool {
-	if c.burst == nil {
-		return false
-	}
-	if c.burstWake {
-		return true
-	}
-	if !c.burst.hold(c) {
-		return false
-	}
-	c.burstWake = true
-	return true
-}
-
 // flushBurst writes what a closed burst left queued: at once, with one
 // non-blocking write, when no other write is under way; the writer takes
 // the rest.
 func (c *Conn) flushBurst() {
 	c.mu.Lock()
-	if !c.burstWake {
-		c.mu.Unlock()
-		return
-	}
-	c.burstWake = false
-	if !c.canWriteInline() {
-		c.wakeWriter()
-		c.mu.Unlock()
-		return
-	}
-	c.writeInline(testHookBurstWrote)
+	c.deliverWake(c.writeState.takeBurstWake(c.inlineReady()), testHookBurstWrote)
 	c.mu.Unlock()
 }
 
-// canWriteInline reports whether a goroutine other than the writer may
-// write out now (writeInline): there is a raw socket to write to without
-// blocking, no write or reader's spell is under way, and the writer is
-// alive to take what the socket does not. Called with mu held.
-func (c *Conn) canWriteInline() bool {
-	return c.raw != nil && !c.writing && !c.readerBusy && len(c.out) > 0 && !c.writerDead
+// inlineReady reports whether there is something to write inline and a
+// raw socket to write it to without blocking. Called with mu held.
+func (c *Conn) inlineReady() bool {
+	return c.raw != nil && len(c.out) > 0
+}
+
+// deliverWake carries out a wake the write state released (releaseWriter,
+// flushBurst). Called with mu held, which wakeInline releases meanwhile.
+func (c *Conn) deliverWake(a wakeAction, wrote func()) {
+	switch a {
+	case wakeInline:
+		c.writeInline(wrote)
+	case wakeRoute:
+		c.wakeWriter()
+	}
 }
 
 // writeInline writes out on the calling goroutine with non-blocking
 // writes; what the socket does not take goes to the writer. Called with mu
-// held, no write under way and out not empty; mu is released meanwhile
-// and held again on return. wrote, if not nil, runs after the write,
-// before mu is taken again (tests).
+// held, the socket taken (wakeInline) and out not empty; mu is released
+// meanwhile and held again on return. wrote, if not nil, runs after the
+// write, before mu is taken again (tests).
 func (c *Conn) writeInline(wrote func()) {
 	buf := c.out
 	c.out = c.inlineSpare[:0]
 	c.inlineSpare = nil
 	c.run.reset()
-	c.writing = true
 	c.mu.Unlock()
 
 	n := c.tryWrite(buf)
@@ -151,7 +128,7 @@ func (c *Conn) writeInline(wrote func()) {
 	}
 
 	c.mu.Lock()
-	c.writing = false
+	c.writeState.endWrite()
 	if n > 0 {
 		c.lastWrite = time.Now()
 	}
@@ -167,8 +144,7 @@ func (c *Conn) writeInline(wrote func()) {
 	case cap(buf) <= maxIdleSpare:
 		c.inlineSpare = buf[:0]
 	}
-	if c.outWaiting && len(c.out) <= outHighWater {
-		c.outWaiting = false
+	if len(c.out) <= outHighWater && c.writeState.drained() {
 		c.outDrained.Broadcast()
 	}
 	if len(c.out) > 0 {
@@ -181,7 +157,7 @@ func (c *Conn) writeInline(wrote func()) {
 // find. It goes round the poller (Control, not RawConn.Write), so a write
 // deadline the writer set for a write long finished does not refuse it;
 // no two writers (the writer, a burst, the reader) write at once
-// (writing).
+// (writeState).
 func (c *Conn) tryWrite(buf []byte) int {
 	var n int
 	_ = c.raw.Control(func(fd uintptr) {

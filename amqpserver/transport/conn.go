@@ -47,16 +47,10 @@ type Conn struct {
 	closeDeadline time.Time
 	out           []byte // frames waiting for the writer
 	run           dispositionRun
-	outWaiting    bool       // the reader waits for out to drain
-	readerBusy    bool       // the reader has buffered input to go through
-	wakeHeld      bool       // a writer wake deferred while readerBusy
+	writeState               // who writes out, and when; assigned only in writestate.go
 	deadlineAt    time.Time  // when the idle read deadline was last pushed out
-	outDrained    *sync.Cond // on mu
-	writerDead    bool
-	writing       bool   // a socket write is under way (writer, burst or reader)
-	burst         *Burst // the open burst the output being queued belongs to
-	burstWake     bool   // a writer wake deferred to a burst's Close
-	inlineSpare   []byte // out's next buffer after an inline write (writeInline)
+	outDrained    *sync.Cond // on mu; see writeState.outWaiting
+	inlineSpare   []byte     // out's next buffer after an inline write (writeInline)
 	lastWrite     time.Time
 	raw           syscall.RawConn
 	ackRaw        syscall.RawConn // the TCP socket under TLS too; see ackSmallRead
@@ -191,6 +185,7 @@ func (c *Conn) serve() error {
 		c.ackRaw = c.raw
 	}
 	c.lastWrite = time.Now() // the handshake's
+	// Its own goroutine: a write blocks while the peer does not read; the reader must go on.
 	go c.writeLoop()
 	if c.overLimit {
 		c.Close(newError(CondResourceLimit, "too many connections"))

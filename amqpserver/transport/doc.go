@@ -4,13 +4,49 @@
 // detach, link credit, multi-frame transfers and dispositions, and knows
 // nothing about what the messages mean: a Handler decides.
 //
-// Each connection has one reader goroutine, which decodes frames and calls
-// the handler, and one writer goroutine, which writes every frame queued
-// since its last write with a single call. Handler callbacks run on the
-// reader goroutine without any engine lock held; the methods handlers call
-// (Link.Send, Link.Settle, Delivery.Settle, Link.Drained, Link.Close,
-// Conn.Close, the Accept methods) only queue frames and never block, so
-// they may be called from callbacks or from any other goroutine.
+// # Threading contract
+//
+// This section is the transport's part of the broker's contract, which
+// docs/architecture.md#threading-contract writes down whole.
+//
+// Each connection runs on two goroutines: its reader, the goroutine that
+// calls Server.ServeConn (Serve starts one per accepted socket), which
+// decodes frames and calls the handler; and its writer, started once the
+// opens are exchanged, which writes every frame queued since its last
+// write with one call. The package starts no other goroutine, except one
+// in Server.Shutdown that waits for the connections while it watches the
+// context.
+//
+// Every Handler callback runs on the connection's reader, one at a time
+// per connection (connections run theirs in parallel), in the order of
+// the frames that caused them, with no engine lock held:
+//
+//   - Authenticate, during the handshake, before any link exists. It may
+//     block (a token lookup, say); Config.HandshakeTimeout runs on.
+//   - ConnectionOpened, once the opens are exchanged. It may call
+//     Conn.Close, or return an error to close.
+//   - Attach, then Deliver, Credit and Disposition for the links it
+//     accepted. They may call any method of Conn, Link, Delivery and
+//     Burst: Send, Settle, Drained, Close and the Accept methods only
+//     queue frames and never wait for the socket. They must not block
+//     for long, since the connection reads nothing meanwhile, and never
+//     on anything that needs this connection's reader (the peer's next
+//     frame, another callback of the same connection): that deadlocks.
+//     Work that waits moves to another goroutine, which answers later
+//     with the same methods, safe from any goroutine. Delivery.Payload
+//     and Tag are valid only until Deliver returns.
+//   - Detached, once per accepted link, and ConnectionClosed, last. When
+//     the connection ends, both run after its writer stopped: the
+//     methods they call then return ErrLinkClosed or send nothing.
+//
+// Three goroutines may write a connection's socket, never two at once
+// (the unexported writeState decides which): the writer, with blocking
+// writes bounded by Config.WriteTimeout; a goroutine closing a Burst, for
+// the output of its run; and the reader, for the output caused by the
+// input it had buffered, just before it blocks on a read. The last two
+// write without blocking and leave what the socket does not take to the
+// writer, so a peer that does not read stalls only its own writer, and
+// its reader once 4 MiB of output wait.
 //
 // Goroutines that produce output for many links in runs (a queue's actor,
 // its log's writer after each group commit) can bind those links to a
@@ -19,7 +55,13 @@
 // itself, with one non-blocking write, leaving only what the socket
 // would not take to that connection's writer. The run's frames leave in
 // one syscall per connection on the thread that made them, instead of a
-// writer wake-up per connection on another.
+// writer wake-up per connection on another. Open and Close may be called
+// from any goroutine, callbacks included; runs may overlap. Close takes
+// each touched connection's lock briefly and never waits for a socket.
+// Every Open needs its Close: the output of bound links made in a run
+// left open waits until something else wakes that connection's writer.
+//
+// # Links
 //
 // A link the peer attaches is inbound when the peer sends (it attached
 // as sender) and outbound when we send.

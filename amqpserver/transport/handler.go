@@ -9,11 +9,10 @@ import (
 )
 
 // Handler is the application behind the engine: it authenticates
-// connections and decides about links. The engine calls it from each
-// connection's reader goroutine, one call at a time per connection, and
-// holds no lock while doing so, so a handler may call back into Conn and
-// Link from inside a callback. Callbacks must not block for long: while one
-// runs, that connection reads nothing (other connections are unaffected).
+// connections and decides about links. Its callbacks, and those of
+// LinkHandler, InboundHandler and OutboundHandler, run on the
+// connection's reader goroutine, one at a time, with no lock held: the
+// package doc's Threading contract says what each may do.
 type Handler interface {
 	// Authenticate checks a SASL exchange (AMQP 1.0 §5.3). A nil error
 	// accepts the connection and identity becomes Conn.Identity; an error

@@ -212,9 +212,9 @@ func (l *Link) fail(err *frames.Error) {
 func (l *Link) Settle(id uint32, state frames.DeliveryState) error {
 	c := l.conn
 	c.mu.Lock()
-	c.enterBurst(l)
+	c.writeState.enterBurst(l.burst)
 	defer func() {
-		c.leaveBurst()
+		c.writeState.leaveBurst()
 		c.mu.Unlock()
 	}()
 	_, owed := l.awaiting[id]

@@ -20,9 +20,9 @@ const maxDeliveryTag = 32
 func (l *Link) Send(tag []byte, messageFormat uint32, payload []byte, settled bool) (uint32, error) {
 	c := l.conn
 	c.mu.Lock()
-	c.enterBurst(l)
+	c.writeState.enterBurst(l.burst)
 	defer func() {
-		c.leaveBurst()
+		c.writeState.leaveBurst()
 		c.mu.Unlock()
 	}()
 	switch {

@@ -71,8 +71,8 @@ func (c *Conn) readFailed(err error) error {
 func (c *Conn) waitForWriter() {
 	c.mu.Lock()
 	c.releaseWriter()
-	for len(c.out) > outHighWater && !c.writerDead && c.state != stateClosed {
-		c.outWaiting = true
+	for len(c.out) > outHighWater && c.writeState.alive() && c.state != stateClosed {
+		c.writeState.awaitDrain()
 		c.outDrained.Wait()
 	}
 	c.mu.Unlock()

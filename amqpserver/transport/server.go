@@ -88,7 +88,7 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		backoff = 0
-		go func() { _ = s.ServeConn(nc) }()
+		go func() { _ = s.ServeConn(nc) }() // becomes the connection's reader; Accept goes on
 	}
 }
 
@@ -125,7 +125,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.Close(newError(CondConnectionForced, "server shutting down"))
 	}
 	done := make(chan struct{})
-	go func() {
+	go func() { // WaitGroup.Wait cannot be selected with ctx.Done
 		s.wg.Wait()
 		close(done)
 	}()

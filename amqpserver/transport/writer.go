@@ -18,7 +18,7 @@ var testHookWriterWoken func()
 // c.out under mu and wake it; it swaps the buffer out and writes everything
 // queued with one call, so a burst of frames costs one syscall. A Burst's
 // Close or the reader may write instead (writeInline), never at the same
-// time (writing).
+// time (writeState).
 func (c *Conn) writeLoop() {
 	defer close(c.writerDone)
 	var tick <-chan time.Time
@@ -58,12 +58,14 @@ func (c *Conn) writeLoop() {
 
 // writeQueued writes what out holds until it is empty, trading buffers
 // with spare, and returns the spare; false once a write failed. From the
-// end of one write to the look at out for the next, mu stays held.
+// end of one write to the look at out for the next, mu stays held. When
+// stopping, it waits out an inline write and leaves the writer gone.
 func (c *Conn) writeQueued(spare []byte, stopping bool) ([]byte, bool) {
 	c.mu.Lock()
 	for {
-		if c.writing {
-			// A burst is writing; it wakes us if anything is left.
+		if !c.writeState.beginWrite() {
+			// A burst or the reader is writing; it wakes us if anything
+			// is left.
 			c.mu.Unlock()
 			if !stopping {
 				return spare, true
@@ -75,26 +77,33 @@ func (c *Conn) writeQueued(spare []byte, stopping bool) ([]byte, bool) {
 		buf := c.out
 		c.out = spare[:0]
 		c.run.reset()
-		if c.outWaiting {
-			c.outWaiting = false
+		if c.writeState.drained() {
 			c.outDrained.Broadcast()
 		}
 		if len(buf) == 0 {
+			c.writeState.endWrite()
+			if stopping {
+				c.writeState.writerGone()
+			}
 			c.mu.Unlock()
 			return buf, true
 		}
-		c.writing = true
 		c.mu.Unlock()
 		if c.cfg.WriteTimeout > 0 {
 			_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 		}
 		_, err := c.nc.Write(buf)
 		c.mu.Lock()
-		c.writing = false
+		c.writeState.endWrite()
 		c.lastWrite = time.Now()
 		if err != nil {
+			// Stop all output and wake the reader, which then ends the
+			// connection.
+			c.writeState.writerGone()
+			c.out = nil
+			c.outDrained.Broadcast()
 			c.mu.Unlock()
-			c.writeFailed()
+			_ = c.nc.Close()
 			return nil, false
 		}
 		spare = buf[:0]
@@ -104,28 +113,13 @@ func (c *Conn) writeQueued(spare []byte, stopping bool) ([]byte, bool) {
 	}
 }
 
-// writeFailed stops all output and wakes the reader, which then ends the
-// connection.
-func (c *Conn) writeFailed() {
-	c.mu.Lock()
-	c.writerDead = true
-	c.out = nil
-	c.outDrained.Broadcast()
-	c.mu.Unlock()
-	_ = c.nc.Close()
-}
-
 // wakeWriter tells the writer that out has frames. While the reader is
 // working through input it already has, the wake is held back until it
 // is about to block (see releaseWriter): the frames that input causes
 // then leave in one write instead of one each. Output made in a Burst's
 // run waits for that run's Close instead. Called with mu held.
 func (c *Conn) wakeWriter() {
-	if c.holdForBurst() {
-		return
-	}
-	if c.readerBusy {
-		c.wakeHeld = true
+	if !c.writeState.routeWake(c) {
 		return
 	}
 	select {
@@ -137,7 +131,7 @@ func (c *Conn) wakeWriter() {
 // holdWriter marks the reader busy with buffered input.
 func (c *Conn) holdWriter() {
 	c.mu.Lock()
-	c.readerBusy = true
+	c.writeState.startSpell()
 	c.mu.Unlock()
 }
 
@@ -150,28 +144,19 @@ func (c *Conn) holdWriter() {
 // the socket does not take goes to the writer, so a peer that does not
 // read never blocks the reader.
 func (c *Conn) releaseWriter() {
-	c.readerBusy = false
-	if !c.wakeHeld {
-		return
-	}
-	c.wakeHeld = false
-	if c.canWriteInline() && !c.burstWake {
-		c.writeInline(nil)
-		return
-	}
-	c.wakeWriter()
+	c.deliverWake(c.writeState.endSpell(c.inlineReady()), nil)
 }
 
 // writable reports whether frames may still be queued: not after our
 // close (§2.4.3) and not once the socket failed. Called with mu held.
 func (c *Conn) writable() bool {
-	return c.state == stateOpen && !c.writerDead
+	return c.state == stateOpen && c.writeState.alive()
 }
 
 // appendFrame queues one performative. Hot paths use the typed helpers
 // below instead, which keep the performative off the heap.
 func (c *Conn) appendFrame(channel uint16, p frames.Performative) {
-	if c.writerDead {
+	if !c.writeState.alive() {
 		return
 	}
 	c.out = frames.AppendFrame(c.out, frames.TypeAMQP, channel, p, nil)
