@@ -3,6 +3,12 @@
 // through group commit, applies them, and releases effects (acknowledgements,
 // deliveries, timers) once the log says they are durable. The namespace log
 // records which entities exist.
+//
+// Callbacks given to the broker (ReceiverOptions.Deliver and Lost, the done
+// functions of sends, settlements and session grants) run on an entity's
+// actor or on its log's writer: they must not block, and must not wait for
+// the entity (a post to it from there can block on its own full queue).
+// docs/architecture.md#threading-contract has the whole contract.
 package broker
 
 import (
