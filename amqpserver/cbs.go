@@ -14,7 +14,7 @@ import (
 
 // Claims-based security: clients put SAS tokens on the $cbs node for an
 // audience (an entity, its management node, or the whole namespace); links
-// to an entity need a live claim with the right (servicebus-wire.md §3).
+// to an entity need a live claim with the right (docs/compatibility.md §3).
 
 const sasTokenType = "servicebus.windows.net:sastoken"
 

@@ -10,7 +10,7 @@ import (
 )
 
 // When the token that authorised a link expires and no newer token covers
-// the link, the link is detached (servicebus-wire.md §3). A connection
+// the link, the link is detached (docs/compatibility.md §3). A connection
 // tracks, per link, the claim it needs and when the claim it has ends.
 
 type guard struct {

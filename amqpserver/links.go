@@ -101,7 +101,7 @@ func (sl *senderLink) Deliver(d transport.Delivery) {
 }
 
 // The session filter key and the descriptor the Go SDK wraps it in
-// (servicebus-wire.md §9).
+// (docs/compatibility.md §9).
 const (
 	sessionFilterKey   = "com.microsoft:session-filter"
 	lockedUntilUTCProp = "com.microsoft:locked-until-utc"
@@ -370,7 +370,7 @@ func (rl *receiverLink) Disposition(l *transport.Link, id uint32, state frames.D
 }
 
 // settlement maps a disposition state to a broker outcome
-// (servicebus-wire.md §5): accepted completes, released releases,
+// (docs/compatibility.md §5): accepted completes, released releases,
 // modified abandons or, with undeliverable-here, defers, and rejected
 // dead-letters with the reason and description of its error info.
 func settlement(state frames.DeliveryState) (broker.Settlement, error) {

@@ -10,7 +10,7 @@ import (
 	"github.com/walbus/walbus/broker"
 )
 
-// The <entity>/$management node: the operations of servicebus-wire.md §6,
+// The <entity>/$management node: the operations of docs/compatibility.md §6,
 // with the AMQP types each SDK asserts.
 
 // receiverLookup finds the broker receiver behind a client's receive link,

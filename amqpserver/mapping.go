@@ -15,7 +15,7 @@ import (
 	"github.com/walbus/walbus/broker"
 )
 
-// Service Bus message annotations (servicebus-wire.md §5).
+// Service Bus message annotations (docs/compatibility.md §5).
 const (
 	annSequenceNumber = "x-opt-sequence-number"
 	annEnqueuedTime   = "x-opt-enqueued-time"
@@ -262,7 +262,7 @@ func nanos(ts encoding.Timestamp) int64 {
 }
 
 // deliveryTag is the lock token in .NET GUID byte order, as Service Bus
-// sends it: the first three groups are little-endian (servicebus-wire.md §5).
+// sends it: the first three groups are little-endian (docs/compatibility.md §5).
 func deliveryTag(t broker.LockToken) [16]byte {
 	return [16]byte{t[3], t[2], t[1], t[0], t[5], t[4], t[7], t[6],
 		t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15]}

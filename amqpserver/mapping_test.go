@@ -128,7 +128,7 @@ func TestInboundUnpacksBatches(t *testing.T) {
 }
 
 // What the Go SDK reads from a delivery, with the exact Go types it asserts
-// (servicebus-wire.md §5: a wrong type panics the client).
+// (docs/compatibility.md §5: a wrong type panics the client).
 func TestOutboundAsTheGoSDKReadsIt(t *testing.T) {
 	body := marshal(t, &amqp.Message{
 		Annotations:           amqp.Annotations{"x-opt-partition-key": "pk", "x-opt-locked-until": "stale"},
@@ -209,7 +209,7 @@ func must(b []byte, err error) []byte {
 }
 
 func TestDeliveryTagIsDotNetOrder(t *testing.T) {
-	// servicebus-wire.md §5: RFC 01020304-0506-0708-090a-0b0c0d0e0f10 goes
+	// docs/compatibility.md §5: RFC 01020304-0506-0708-090a-0b0c0d0e0f10 goes
 	// on the wire as 04 03 02 01 06 05 08 07 09 0a 0b 0c 0d 0e 0f 10.
 	token := broker.LockToken{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	tag := deliveryTag(token)

@@ -12,7 +12,7 @@ import (
 )
 
 // The request/response message exchange of the $cbs and $management nodes
-// (servicebus-wire.md §3 and §6).
+// (docs/compatibility.md §3 and §6).
 
 // rpcRequest is a decoded request message.
 type rpcRequest struct {
@@ -100,7 +100,7 @@ func (resp rpcResponse) encode(req *rpcRequest) ([]byte, error) {
 }
 
 // Error conditions of Service Bus and AMQP the SDKs classify
-// (servicebus-wire.md §6, "Error mapping").
+// (docs/compatibility.md §6, "Error statuses").
 const (
 	condLockLost           = "com.microsoft:message-lock-lost"
 	condSessionLockLost    = "com.microsoft:session-lock-lost"

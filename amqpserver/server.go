@@ -1,7 +1,7 @@
 // Package amqpserver is walbus's Azure Service Bus surface over AMQP 1.0:
 // it runs the transport engine and maps its links onto the broker: entity
 // send and receive links, the $cbs node for SAS tokens and each entity's
-// $management node (servicebus-wire.md).
+// $management node (docs/compatibility.md).
 package amqpserver
 
 import (
@@ -238,7 +238,7 @@ func addressPath(address string) string {
 }
 
 // subqueueSuffixes are the addresses of a queue's subqueues below its own
-// (servicebus-wire.md §4, Addresses), matched without regard to case; the
+// (docs/compatibility.md §4, "Addresses"), matched without regard to case; the
 // longer first, as it ends like the shorter.
 var subqueueSuffixes = []struct {
 	suffix string

@@ -85,7 +85,7 @@ func AppendLong(dst []byte, v int64) []byte {
 
 // AppendFullLong writes a long always in its 8-byte form. Some peers read
 // certain longs as raw 8-byte buffers (rhea hands large longs to the JS SDK
-// as a Buffer, servicebus-wire.md §9), so callers can insist on the width.
+// as a Buffer, docs/compatibility.md §9), so callers can insist on the width.
 func AppendFullLong(dst []byte, v int64) []byte {
 	return binary.BigEndian.AppendUint64(append(dst, CodeLong), uint64(v))
 }

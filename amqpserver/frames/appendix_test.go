@@ -10,8 +10,8 @@ import (
 	"github.com/walbus/walbus/amqpserver/internal/hexbytes"
 )
 
-// The byte examples of amqp-1.0-essentials.md Appendix A, each checked
-// against go-amqp's own parser when the sheet was written.
+// Byte examples of AMQP 1.0 part 2 (§2.3 frames, §2.7 performatives),
+// each checked against go-amqp's own parser when they were written.
 var appendix = []struct {
 	name  string
 	hex   string

@@ -3,7 +3,7 @@ package frames
 import "github.com/walbus/walbus/amqpserver/encoding"
 
 // MessageFormatBatch is the message-format Service Bus clients put on a
-// transfer whose payload holds a batch of messages (servicebus-wire.md §8).
+// transfer whose payload holds a batch of messages (docs/compatibility.md §8).
 const MessageFormatBatch uint32 = 0x80013700
 
 // Transfer carries (part of) a message on a link (AMQP 1.0 §2.7.5),

@@ -8,7 +8,7 @@ import (
 )
 
 // Message annotation keys Service Bus clients send or read
-// (servicebus-wire.md §5). All start with x-opt-, so peers that do not
+// (docs/compatibility.md §5). All start with x-opt-, so peers that do not
 // know them ignore them (AMQP 1.0 §3.2.10).
 const (
 	AnnotationScheduledEnqueueTime  = "x-opt-scheduled-enqueue-time"
@@ -69,7 +69,7 @@ func (s *Sections) ReadClientAnnotations() (ClientAnnotations, error) {
 		if r.IsNull() {
 			switch string(key) {
 			case AnnotationScheduledEnqueueTime, AnnotationMessageState, AnnotationEnqueueSequenceNumber:
-				// Service Bus refuses these null (servicebus-wire.md §5);
+				// Service Bus refuses these null (docs/compatibility.md §5);
 				// the Go SDK panics on receiving one.
 				return a, fmt.Errorf("%w: %s is null", ErrNullAnnotation, key)
 			}

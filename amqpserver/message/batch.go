@@ -7,7 +7,7 @@ import (
 )
 
 // SplitBatch returns the messages of a batch transfer (message-format
-// 0x80013700, servicebus-wire.md §8): the payload is one envelope message
+// 0x80013700, docs/compatibility.md §8): the payload is one envelope message
 // whose data sections each hold one complete encoded message. The inner
 // messages are appended to dst as sub-slices of payload; they are not
 // parsed here. The envelope's own header and properties only copy the

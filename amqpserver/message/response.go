@@ -3,7 +3,7 @@ package message
 import "github.com/walbus/walbus/amqpserver/encoding"
 
 // Response is the reply of a request-response node, $cbs or $management
-// (servicebus-wire.md §3 and §6).
+// (docs/compatibility.md §3 and §6).
 type Response struct {
 	CorrelationID ID // the request's message-id, same type
 	Status        int32

@@ -18,7 +18,7 @@ type Property struct {
 // for byte, unless set overwrites them in place; keys new to the map are
 // added at the end (the last of duplicate keys in set wins). Every other
 // section is copied unchanged. Service Bus merges dead-letter reasons and
-// properties-to-modify this way (servicebus-wire.md §5).
+// properties-to-modify this way (docs/compatibility.md §5).
 func AppendWithApplicationProperties(dst []byte, s *Sections, set []Property) ([]byte, error) {
 	insertAt, resumeAt := applicationPropertiesPlace(s)
 	dst = append(dst, s.Raw[:insertAt]...)

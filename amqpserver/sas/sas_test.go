@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Vectors from servicebus-wire.md §3, computed by the Go and JS SDKs.
+// Vectors from docs/compatibility.md §3, computed by the Go and JS SDKs.
 const (
 	vectorKeyName = "RootManageSharedAccessKey"
 	vectorKey     = "SAS_KEY_VALUE"

@@ -7,8 +7,7 @@
 //
 // where sig is base64(HMAC-SHA256(key, sr + "\n" + se)), computed over sr as it
 // appears in the token (still percent-encoded) and keyed with the UTF-8 bytes
-// of the key string. See servicebus-wire.md §3, "SAS token format and
-// verification".
+// of the key string. See docs/compatibility.md §3, "SAS tokens".
 //
 // Everything here is pure: the current time is a parameter.
 package sas

@@ -18,8 +18,7 @@ const (
 )
 
 // Limits and defaults. The frame and message bounds come from the brief
-// and the Service Bus tiers (servicebus-wire.md §2, amqp-1.0-essentials
-// §11).
+// and the Service Bus tiers (docs/compatibility.md §2, "Limits").
 const (
 	DefaultMaxConnections     = 10000
 	DefaultMaxSessions        = 1024
@@ -43,7 +42,7 @@ type Config struct {
 	// amqp:resource-limit-exceeded, so clients see a reason.
 	MaxConnections int
 	// MaxSessions bounds the sessions of one connection, at least 2; open
-	// advertises channel-max = MaxSessions-1, never 0 (servicebus-wire.md
+	// advertises channel-max = MaxSessions-1, never 0 (docs/compatibility.md
 	// §2: go-amqp takes the minimum and each SDK client needs several).
 	MaxSessions int
 	// MaxLinksPerSession bounds the links of one session; begin
@@ -71,7 +70,7 @@ type Config struct {
 	CloseTimeout time.Duration
 	// AllowNoSASL accepts a plain AMQP protocol header without a SASL
 	// layer (rhea does this for SharedAccessSignature-only connection
-	// strings, servicebus-wire.md §2). The connection's Identity is nil.
+	// strings, docs/compatibility.md §2). The connection's Identity is nil.
 	AllowNoSASL bool
 	// SASLMechanisms lists the offered mechanisms, most preferred first;
 	// nil offers ANONYMOUS, PLAIN and MSSBCBS. Unknown names are dropped.

@@ -179,7 +179,7 @@ type Reply struct {
 	// MaxMessageSize is advertised in the reply. On inbound links it is
 	// the limit the engine enforces: 0 or anything above
 	// Config.MaxMessageSize means Config.MaxMessageSize, and it is never
-	// omitted, as the Go SDK sizes batches by it (servicebus-wire.md §8).
+	// omitted, as the Go SDK sizes batches by it (docs/compatibility.md §8).
 	// On outbound links 0 omits it (no limit): go-amqp receivers adopt
 	// the value as their own receive limit, and a broker's annotations
 	// can make a delivered message larger than it was when sent.

@@ -266,7 +266,7 @@ func (l *Link) Settle(id uint32, state frames.DeliveryState) error {
 // out when a quarter of the window is free again or the peer is nearly
 // out of credit, so a busy link sends few flows and an idle one never
 // stalls. The advertised limit only grows: go-amqp computes its credit
-// unsigned and would wrap if it shrank (amqp-1.0-essentials §6.2).
+// unsigned and would wrap if it shrank (docs/compatibility.md §4, "Sender links").
 func (l *Link) topUp() {
 	if l.state != linkAttached || !l.conn.writable() {
 		return

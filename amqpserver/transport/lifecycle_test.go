@@ -10,7 +10,7 @@ import (
 )
 
 // TestEndWithoutDetach: ending a session detaches its links implicitly
-// (Service Bus clients do this, servicebus-wire.md §2).
+// (Service Bus clients do this, docs/compatibility.md §2).
 func TestEndWithoutDetach(t *testing.T) {
 	ts := startServer(t, Config{}, nil)
 	r := dialRaw(t, ts.addr)

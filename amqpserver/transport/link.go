@@ -189,7 +189,7 @@ func (l *Link) accept(r *Reply, in InboundHandler, out OutboundHandler) error {
 			l.window = c.cfg.LinkCredit
 		}
 		// Grant credit at once: go-amqp senders block until a flow with
-		// link-credit arrives (servicebus-wire.md §4).
+		// link-credit arrives (docs/compatibility.md §4).
 		l.limit = l.received + uint64(l.window)
 		l.sess.appendFlow(l)
 	} else if l.drainPending && l.credit == 0 {
@@ -245,7 +245,7 @@ func (l *Link) refuse(err *frames.Error) {
 
 // replyAttach is our attach answering the peer's: the opposite role, our
 // handle, the requested settle modes stated explicitly (go-amqp fails the
-// attach when a requested mode is not echoed, servicebus-wire.md §4), and
+// attach when a requested mode is not echoed, docs/compatibility.md §4), and
 // initial-delivery-count 0 when we send (rhea assumes 0).
 func (l *Link) replyAttach() *frames.Attach {
 	a := l.attach
@@ -285,7 +285,7 @@ func (l *Link) assignHandle() bool {
 }
 
 // Close detaches the link with err (nil for a clean close), always with
-// closed=true since go-amqp rejects anything else (servicebus-wire.md §2).
+// closed=true since go-amqp rejects anything else (docs/compatibility.md §2).
 // A pending attach is refused instead. Detached follows once the peer
 // answers.
 func (l *Link) Close(err *frames.Error) error {

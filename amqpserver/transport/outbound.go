@@ -218,7 +218,7 @@ func (l *Link) peerFlowOutbound(fl *frames.Flow) {
 	}
 	if l.drainPending && l.credit == 0 {
 		// Nothing could be sent anyway: answer now, the JS SDK gives up
-		// after 200 ms (servicebus-wire.md §7).
+		// after 200 ms (docs/compatibility.md §7).
 		l.answerDrain()
 		answered = true
 	}
@@ -230,7 +230,7 @@ func (l *Link) peerFlowOutbound(fl *frames.Flow) {
 
 // onDisposition applies the peer's disposition to a range of deliveries
 // (§2.7.6). ids that are unknown or already settled are ignored: rhea
-// sends a second settled disposition in mode second (servicebus-wire.md
+// sends a second settled disposition in mode second (docs/compatibility.md
 // §5).
 func (s *Session) onDisposition(perf []byte) *frames.Error {
 	c := s.conn

@@ -25,7 +25,7 @@ func manualReceiver(t *testing.T, s *amqp.Session, opts *amqp.ReceiverOptions) *
 
 // TestReceiveCreditKeptAcrossTime issues credit once and lets messages
 // arrive later, one at a time: the credit must survive (Go SDK pattern,
-// servicebus-wire.md §7).
+// docs/compatibility.md §7).
 func TestReceiveCreditKeptAcrossTime(t *testing.T) {
 	ts := startServer(t, Config{}, nil)
 	s := newSession(t, ts.dial(t, nil))
@@ -102,7 +102,7 @@ func TestReceiveDrainGoAMQP(t *testing.T) {
 
 // TestReceiveDrainRhea: rhea drains with the remaining credit and waits
 // for flow(drain=true, link-credit=0) with delivery-count advanced by the
-// unused credit (servicebus-wire.md §7).
+// unused credit (docs/compatibility.md §7).
 func TestReceiveDrainRhea(t *testing.T) {
 	ts := startServer(t, Config{}, nil)
 	r := dialRaw(t, ts.addr)
@@ -168,7 +168,7 @@ func TestReceiveLargeMessages(t *testing.T) {
 
 // TestReceiveDispositions settles with every outcome in mode second: each
 // reaches the handler unsettled and the handler's settled reply unblocks
-// the client (servicebus-wire.md §5).
+// the client (docs/compatibility.md §5).
 func TestReceiveDispositions(t *testing.T) {
 	ts := startServer(t, Config{}, nil)
 	s := newSession(t, ts.dial(t, nil))

@@ -8,7 +8,7 @@ import (
 
 // defaultSessionWindow is the incoming-window we advertise and refresh,
 // in transfer frames. It is large so that go-amqp, which stops at a
-// remote incoming window of 0, never waits for us (servicebus-wire.md §2);
+// remote incoming window of 0, never waits for us (docs/compatibility.md §2);
 // link credit and max-message-size bound what is actually buffered.
 const defaultSessionWindow = 1 << 20
 
@@ -132,7 +132,7 @@ func growTo[T any](v []*T, i int) []*T {
 
 // onEnd handles the peer's end: the answer to ours, or a request that we
 // answer, which implicitly detaches every link (§2.6 intro; Service Bus
-// clients rely on it, servicebus-wire.md §2).
+// clients rely on it, docs/compatibility.md §2).
 func (s *Session) onEnd(perf []byte) *frames.Error {
 	var e frames.End
 	if err := e.Decode(perf); err != nil {
@@ -237,7 +237,7 @@ func (s *Session) linkFor(handle uint32) (*Link, *frames.Error) {
 }
 
 // appendFlow queues a flow carrying the session state (which every flow
-// must have once the begins are exchanged, servicebus-wire.md §2) and,
+// must have once the begins are exchanged, docs/compatibility.md §2) and,
 // with l, that link's state. Sending it re-opens our incoming window.
 func (s *Session) appendFlow(l *Link) {
 	var fl frames.Flow

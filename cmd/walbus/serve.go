@@ -430,7 +430,7 @@ func serve(args []string) int {
 
 func withNoSASL(c transport.Config) transport.Config {
 	// A JS client given only a SharedAccessSignature skips SASL
-	// (servicebus-wire.md §2); it authorises through $cbs like the others.
+	// (docs/compatibility.md §2); it authorises through $cbs like the others.
 	c.AllowNoSASL = true
 	return c
 }
