@@ -101,7 +101,7 @@ func repairTail(dir string, segs []uint64, force bool) (TailRepair, []uint64, er
 		var pbad *Damage
 		recs, pbad = scanRecords(prev, segs[i])
 		if pbad != nil {
-			pbad.Dir, pbad.Followed = dir, false
+			pbad.Dir = dir
 			return rep, segs, pbad
 		}
 		cut = len(prev)
