@@ -108,7 +108,12 @@ func TestKillNineLosesNothingAcknowledged(t *testing.T) {
 			}
 			close(lines)
 		}()
-		kill := time.After(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+		// The kill comes a random while after the first acknowledgement, so
+		// a child slow to start (a loaded machine, the race detector) is
+		// still killed under load; one that acknowledges nothing fails.
+		killAfter := time.Duration(100+rng.IntN(400)) * time.Millisecond
+		var kill <-chan time.Time
+		noAck := time.After(time.Minute)
 		roundAcks := 0
 	read:
 		for {
@@ -127,9 +132,17 @@ func TestKillNineLosesNothingAcknowledged(t *testing.T) {
 					acked[i] = true
 				}
 				roundAcks++
+				if roundAcks == 1 {
+					kill = time.After(killAfter)
+				}
 			case <-kill:
 				cmd.Process.Signal(syscall.SIGKILL)
 				kill = nil
+			case <-noAck:
+				if roundAcks == 0 {
+					cmd.Process.Signal(syscall.SIGKILL)
+				}
+				noAck = nil
 			}
 		}
 		cmd.Wait()
