@@ -221,34 +221,24 @@ func (n *existsNode) test(m *Message) (tri, error) {
 }
 
 // test is AND: false absorbs unknown; evaluation stops at the first false.
-func (n *andNode) test(m *Message) (tri, error) {
-	result := triTrue
-	for _, x := range n.xs {
-		t, err := x.test(m)
-		if err != nil {
-			return triUnknown, err
-		}
-		switch t {
-		case triFalse:
-			return triFalse, nil
-		case triUnknown:
-			result = triUnknown
-		}
-	}
-	return result, nil
-}
+func (n *andNode) test(m *Message) (tri, error) { return junction(n.xs, triFalse, m) }
 
 // test is OR: true absorbs unknown; evaluation stops at the first true.
-func (n *orNode) test(m *Message) (tri, error) {
-	result := triFalse
-	for _, x := range n.xs {
+func (n *orNode) test(m *Message) (tri, error) { return junction(n.xs, triTrue, m) }
+
+// junction evaluates AND (absorb false) or OR (absorb true) left to right:
+// the first operand that is absorb decides, else any unknown makes the
+// result unknown, else it is the other value.
+func junction(xs []predNode, absorb tri, m *Message) (tri, error) {
+	result := absorb.not()
+	for _, x := range xs {
 		t, err := x.test(m)
 		if err != nil {
 			return triUnknown, err
 		}
 		switch t {
-		case triTrue:
-			return triTrue, nil
+		case absorb:
+			return absorb, nil
 		case triUnknown:
 			result = triUnknown
 		}
