@@ -102,6 +102,7 @@ var (
 	ErrSessionIDRequired     = projection.ErrSessionIDRequired
 	ErrNotAllowed            = projection.ErrNotAllowed
 	ErrInvalid               = projection.ErrInvalid
+	ErrQuotaExceeded         = projection.ErrQuotaExceeded
 	// ErrLogFailed: the entity's log could not write; nothing more is
 	// accepted until walbus restarts.
 	ErrLogFailed = log.ErrFailed

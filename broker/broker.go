@@ -78,6 +78,11 @@ type Options struct {
 	// and messages received by sequence number are not counted. It runs on
 	// the entity's actor and must not block.
 	OnFirstDelivery func(entity string, wait time.Duration)
+	// FilterMessage, if set, reads what a topic's rules see of a message
+	// (its system and application properties) from the bare message a
+	// client sent; the protocol layer supplies it. Without it, or when it
+	// fails, rules see only the MessageId and SessionId.
+	FilterMessage func(body []byte) (*FilterMessage, error)
 	// Fault, if set, is asked before every write and fsync of an entity's
 	// log (entity "" is the namespace log): the fault-injection layer for
 	// tests. Production leaves it nil.
@@ -125,8 +130,8 @@ type Broker struct {
 
 // Errors about entities.
 var (
-	ErrEntityNotFound = errors.New("the messaging entity could not be found")
-	ErrEntityExists   = errors.New("the messaging entity already exists")
+	ErrEntityNotFound = projection.ErrNotFound
+	ErrEntityExists   = projection.ErrExists
 	ErrBadName        = errors.New("invalid entity name")
 )
 
@@ -417,67 +422,14 @@ func ValidateName(name string) error {
 // CreateQueue creates a queue. It fails with ErrEntityExists if an entity of
 // that name (compared without case) exists.
 func (b *Broker) CreateQueue(name string, cfg projection.Config) (*Entity, error) {
-	if err := ValidateName(name); err != nil {
-		return nil, err
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", projection.ErrInvalid, err)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, ErrClosed
-	}
-	if _, ok := b.entities[strings.ToLower(name)]; ok {
-		return nil, fmt.Errorf("%w: %s", ErrEntityExists, name)
-	}
-	if err := b.checkForwarding(name, cfg); err != nil {
-		return nil, err
-	}
-	spec, _ := json.Marshal(entitySpec{Kind: "queue", Config: cfg})
-	id, err := b.appendNamespace(event.Event{Type: event.EntityCreated, Name: name, Props: spec})
-	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", name, err)
-	}
-	e, _, err := b.openEntity(name, id, cfg)
-	if err != nil {
-		// Refused means not there: the namespace must not keep the
-		// record, or a retry would make a second entity of that name
-		// and a later delete remove only one of them.
-		if _, derr := b.appendNamespace(event.Event{Type: event.EntityDeleted, Name: name}); derr != nil {
-			b.logger.Error("cannot record the removal of an entity that failed to open; it reappears at the next start", "entity", name, "err", derr)
-		} else {
-			_ = os.RemoveAll(b.entityDir(id))
-		}
-		return nil, err
-	}
-	b.entities[strings.ToLower(name)] = e
-	b.logger.Info("entity created", "entity", name)
-	return e, nil
+	cfg.Topic = false
+	return b.create(name, "queue", cfg)
 }
 
 // UpdateQueue changes a queue's config.
 func (b *Broker) UpdateQueue(name string, cfg projection.Config) error {
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", projection.ErrInvalid, err)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e, ok := b.entities[strings.ToLower(name)]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrEntityNotFound, name)
-	}
-	if err := b.checkForwarding(name, cfg); err != nil {
-		return err
-	}
-	// The entity's log decides first (it refuses changes Service Bus
-	// forbids); the namespace log follows.
-	if err := e.configure(cfg); err != nil {
-		return err
-	}
-	spec, _ := json.Marshal(entitySpec{Kind: "queue", Config: cfg})
-	_, err := b.appendNamespace(event.Event{Type: event.EntityUpdated, Name: e.name, Props: spec})
-	return err
+	cfg.Topic = false
+	return b.update(name, "queue", cfg)
 }
 
 // DeleteEntity deletes an entity and its data.

@@ -315,9 +315,10 @@ func (e *Entity) applyAppended(evs []event.Event, err error) error {
 // messages that are gone.
 func (e *Entity) trackCache(ev *event.Event) {
 	switch ev.Type {
-	case event.Enqueued, event.Scheduled, event.Activated, event.Forwarded, event.Restored:
+	case event.Enqueued, event.Scheduled, event.Activated, event.Forwarded, event.Restored, event.Published,
+		event.Copied:
 		e.cache.add(*ev)
-		if ev.Type == event.Activated {
+		if ev.Type == event.Activated || ev.Type == event.Published && ev.Seq != 0 {
 			e.cache.remove(ev.Seq)
 		}
 	case event.Abandoned, event.Deferred, event.DeadLettered, event.TransferDeadLettered:
@@ -421,7 +422,11 @@ func (e *Entity) tick() {
 				e.fail(fmt.Errorf("read scheduled message %d: %w", seq, err))
 				return
 			}
-			evs, err := e.decide(projection.Activate{Queue: q, Seq: seq, Record: rec})
+			act := projection.Activate{Queue: q, Seq: seq, Record: rec}
+			if e.st.IsTopic() {
+				act.Filter, act.Nonce = e.filterMessage(rec.Message), e.rng.Uint64()
+			}
+			evs, err := e.decide(act)
 			if err != nil || e.commit(evs, nil) != nil {
 				return
 			}

@@ -20,11 +20,39 @@ func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error))
 		done(err)
 		return
 	}
+	t.readFilters(msgs)
 	// Even when every message is a duplicate (no events), done waits for
 	// whatever came before: the original may not be durable yet.
 	t.do(done, func(t *Entity) ([]event.Event, error) {
-		return t.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via})
+		return t.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via, Nonce: t.rng.Uint64()})
 	})
+}
+
+// readFilters fills in what a topic's rules see of each message, on the
+// sender's goroutine rather than the actor's.
+func (e *Entity) readFilters(msgs []projection.Message) {
+	if !e.IsTopic() {
+		return
+	}
+	for i := range msgs {
+		if msgs[i].Filter == nil {
+			msgs[i].Filter = e.filterMessage(msgs[i].Body)
+		}
+	}
+}
+
+// filterMessage reads what a topic's rules see of a bare message, or nil.
+func (e *Entity) filterMessage(body []byte) *FilterMessage {
+	parse := e.b.opts.FilterMessage
+	if parse == nil {
+		return nil
+	}
+	fm, err := parse(body)
+	if err != nil {
+		e.logger().Debug("rules see only the message's ids: its properties cannot be read", "err", err)
+		return nil
+	}
+	return fm
 }
 
 // Schedule is Send that reports the SequenceNumber of each message it
@@ -36,8 +64,9 @@ func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]u
 		done(nil, err)
 		return
 	}
+	t.readFilters(msgs)
 	err = t.post(func(e *Entity) {
-		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via})
+		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via, Nonce: e.rng.Uint64()})
 		if err != nil {
 			done(nil, err)
 			return

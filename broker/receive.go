@@ -51,6 +51,12 @@ type Overlay struct {
 	Description string // dead-letter error description
 	Props       []byte // encoded AMQP maps of properties to set, one after another
 	Source      string // the entity whose dead-letter queue the message was forwarded from, if it was
+	// A topic's copy made by a rule action (Type Copied): the rule's name,
+	// which the copy carries as its RuleName property, and the action's
+	// changes, in order. A copy dead-lettered on arrival has Reason and
+	// Description instead.
+	Rule    string
+	Changes []RuleChange
 }
 
 // ReceiverOptions configure a receiver.
@@ -282,15 +288,18 @@ func (e *Entity) dispatch() {
 	if e.failed != nil || len(e.credit.live()) == 0 {
 		return
 	}
-	sessions := e.st.Queue(event.MainQueue).Sessions() != nil
 	var exhausted map[uint32]bool // queues with nothing left to hand out
 	live := e.credit.live()
 	for i := range live {
 		c := &live[i]
 		q := c.r.opts.Queue
+		sq := e.st.Queue(q)
+		if sq == nil {
+			continue // its subscription was deleted; the receiver is told
+		}
 		// Receivers of a plain queue compete for the same messages; a
 		// session receiver has its own supply, its session.
-		shared := !sessions || q != event.MainQueue
+		shared := sq.Sessions() == nil
 		if c.units == 0 || c.r.closed || shared && exhausted[q] {
 			continue
 		}
@@ -391,6 +400,20 @@ func (e *Entity) delivery(q uint32, seq uint64) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, err
 	}
+	overlays := queue.Overlays(seq)
+	if rec.Type == event.Copied {
+		// A topic's copy: its body is the Published record its first
+		// overlay points at, and its own record the first change.
+		if len(overlays) < 2 || overlays[0].Index != seq-rec.Seq {
+			return Delivery{}, fmt.Errorf("copy %d lacks its published record", seq)
+		}
+		copied := rec
+		if rec, err = e.record(overlays[0].Index, overlays[0].Pos); err != nil {
+			return Delivery{}, fmt.Errorf("read the published record of copy %d: %w", seq, err)
+		}
+		rec.SessionID, rec.Until = copied.SessionID, copied.Until
+		overlays = overlays[1:]
+	}
 	d := Delivery{
 		Queue:      q,
 		Seq:        seq,
@@ -407,20 +430,25 @@ func (e *Entity) delivery(q uint32, seq uint64) (Delivery, error) {
 	case event.Scheduled:
 		d.ScheduledAt = rec.Until
 	default:
-		if q == event.MainQueue {
-			d.ExpiresAt = rec.Until
+		if event.KindOf(q) == event.KindMessages {
+			d.ExpiresAt = e.st.Expiry(q, rec.Until, rec.Time)
 		}
 	}
 	if lk, ok := queue.Lock(seq); ok {
 		d.Token, d.LockedUntil = lk.Token, lk.Until
 	}
-	for _, ref := range queue.Overlays(seq) {
+	for _, ref := range overlays {
 		ov, err := e.record(ref.Index, ref.Pos)
 		if err != nil {
 			return Delivery{}, fmt.Errorf("read overlay %d of message %d: %w", ref.Index, seq, err)
 		}
 		o := Overlay{Type: ov.Type, Reason: ov.Reason, Description: ov.Description, Props: ov.Props}
 		switch ov.Type {
+		case event.Copied:
+			o.Rule, o.Props = ov.Name, nil
+			if o.Changes, err = projection.DecodeOverlay(ov.Props); err != nil {
+				return Delivery{}, fmt.Errorf("overlay %d of message %d: %w", ref.Index, seq, err)
+			}
 		case event.Forwarded:
 			o.Source = ov.Name
 		case event.Restored:

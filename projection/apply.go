@@ -27,6 +27,9 @@ func (e *Entity) Apply(ev *event.Event) error {
 	case event.Remembered:
 		e.rememberVia(ev)
 		return nil
+	case event.Published, event.Copied, event.SubscriptionCreated, event.SubscriptionUpdated,
+		event.SubscriptionDeleted, event.RuleAdded, event.RuleRemoved:
+		return e.applyTopic(ev)
 	}
 	q := e.Queue(ev.Queue)
 	if q == nil {

@@ -26,6 +26,13 @@ type Config struct {
 	// messages, so the projection only records them.
 	ForwardTo                     string `json:"forwardTo,omitempty"`
 	ForwardDeadLetteredMessagesTo string `json:"forwardDeadLetteredMessagesTo,omitempty"`
+	// Topic makes the entity a topic: what is sent to it goes to its
+	// subscriptions. It is set at creation and never changes.
+	Topic bool `json:"topic,omitempty"`
+	// DeadLetterOnFilterError (a subscription's): a message whose rule
+	// fails to evaluate goes to the subscription's dead-letter queue
+	// instead of being dropped there. Service Bus's default is true.
+	DeadLetterOnFilterError bool `json:"deadLetteringOnFilterEvaluationExceptions,omitempty"`
 }
 
 // Service Bus defaults and limits.
@@ -48,6 +55,22 @@ func DefaultConfig() Config {
 		DuplicateWindow:  DefaultDuplicateWindow,
 		MaxMessageSize:   DefaultMaxMessageSize,
 	}
+}
+
+// DefaultSubscriptionConfig is a subscription with every setting at its
+// Service Bus default.
+func DefaultSubscriptionConfig() Config {
+	c := DefaultConfig()
+	c.DeadLetterOnFilterError = true
+	return c
+}
+
+// DefaultTopicConfig is a topic with every setting at its Service Bus
+// default.
+func DefaultTopicConfig() Config {
+	c := DefaultConfig()
+	c.Topic = true
+	return c
 }
 
 // Validate checks the settings against Service Bus's limits.

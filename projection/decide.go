@@ -9,6 +9,7 @@ import (
 
 	"github.com/walbus/walbus/index"
 	"github.com/walbus/walbus/log/event"
+	"github.com/walbus/walbus/projection/filter"
 )
 
 // Command is an input to Decide.
@@ -39,6 +40,9 @@ type Send struct {
 	// MessageId within its window, and then remembers it (a Remembered
 	// event), as if it had stored the message and forwarded it on.
 	Via []Via
+	// Nonce is randomness from the shell, for newid() in a topic's rule
+	// actions.
+	Nonce uint64
 }
 
 // Via is an entity on a send's ForwardTo chain whose duplicate detection
@@ -78,6 +82,10 @@ type Message struct {
 	SessionID   string
 	TTL         time.Duration // 0: the entity default, if any
 	ScheduledAt int64         // unix ns; 0 or past: enqueue now
+	// Filter is what a topic's rules see of the message (its system and
+	// application properties), or nil: then they see only its MessageId
+	// and SessionId.
+	Filter *filter.Message
 }
 
 // Cancel withdraws scheduled messages. Numbers that are not (or no longer)
@@ -104,6 +112,10 @@ type Activate struct {
 	Queue  uint32
 	Seq    uint64
 	Record event.Event
+	// Filter and Nonce are a topic's, as for Send: what its rules see of
+	// the message, and randomness for their newid().
+	Filter *filter.Message
+	Nonce  uint64
 }
 
 // Lock takes up to Max available messages for a peek-lock receiver, oldest
@@ -309,6 +321,16 @@ func (e *Entity) Decide(cmd Command, now int64) ([]event.Event, error) {
 		err = d.setSessionState(c)
 	case TransferDeadLetter:
 		err = d.transferDeadLetter(c)
+	case CreateSubscription:
+		err = d.createSubscription(c)
+	case UpdateSubscription:
+		err = d.updateSubscription(c)
+	case DeleteSubscription:
+		err = d.deleteSubscription(c)
+	case AddRule:
+		err = d.addRule(c)
+	case RemoveRule:
+		err = d.removeRule(c)
 	default:
 		err = fmt.Errorf("%w: unknown command %T", ErrInvalid, cmd)
 	}
@@ -345,6 +367,8 @@ func (d *decision) configure(c Configure) error {
 	typ := event.EntityUpdated
 	if !d.e.created {
 		typ = event.EntityCreated
+	} else if c.Config.Topic != d.e.cfg.Topic {
+		return fmt.Errorf("%w: a queue cannot become a topic, nor a topic a queue", ErrNotAllowed)
 	} else if c.Config.RequiresSession != d.e.cfg.RequiresSession {
 		// Service Bus does not allow this change either: messages would
 		// lose or lack their grouping.
@@ -377,8 +401,15 @@ func (d *decision) send(c Send) error {
 	if isDeadLetterQueue(c.Queue) {
 		return fmt.Errorf("%w: messages cannot be sent to a dead-letter queue", ErrNotAllowed)
 	}
+	topic := d.e.IsTopic()
+	if topic && c.Queue != event.MainQueue {
+		return fmt.Errorf("%w: messages cannot be sent to a subscription", ErrNotAllowed)
+	}
 	cfg := d.e.cfg
 	if f := c.Forward; f != nil {
+		if topic {
+			return fmt.Errorf("%w: dead-lettered messages cannot be forwarded to a topic yet", ErrNotAllowed)
+		}
 		if len(c.Messages) != 1 {
 			return fmt.Errorf("%w: a forward carries one message, not %d", ErrInvalid, len(c.Messages))
 		}
@@ -426,6 +457,10 @@ func (d *decision) send(c Send) error {
 		if m.ScheduledAt > d.now {
 			d.emit(event.Event{Type: event.Scheduled, Queue: c.Queue, Until: m.ScheduledAt, TTL: int64(m.TTL),
 				MessageID: m.MessageID, SessionID: m.SessionID, Message: m.Body, Hops: c.Hops})
+			continue
+		}
+		if topic {
+			d.publish(m, 0, d.expiry(m.TTL), c.Hops, c.Nonce+uint64(len(d.out)))
 			continue
 		}
 		d.emit(event.Event{Type: event.Enqueued, Queue: c.Queue, Until: d.expiry(m.TTL),
@@ -512,6 +547,11 @@ func (d *decision) activate(c Activate) error {
 	if r.Type != event.Scheduled || r.Index != c.Seq {
 		return fmt.Errorf("%w: activation of %d given record %s %d", ErrInvalid, c.Seq, r.Type, r.Index)
 	}
+	if d.e.IsTopic() {
+		d.publish(Message{Body: r.Message, MessageID: r.MessageID, SessionID: r.SessionID, Filter: c.Filter},
+			c.Seq, d.expiry(time.Duration(r.TTL)), r.Hops, c.Nonce)
+		return nil
+	}
 	d.emit(event.Event{Type: event.Activated, Queue: c.Queue, Seq: c.Seq, Until: d.expiry(time.Duration(r.TTL)),
 		MessageID: r.MessageID, SessionID: r.SessionID, Message: r.Message, Hops: r.Hops})
 	return nil
@@ -528,7 +568,7 @@ func (d *decision) take(no uint32, receiver, session string, max int, limit uint
 		return nil
 	}
 	candidates := q.available
-	until := d.now + int64(d.e.cfg.LockDuration)
+	until := d.now + int64(q.cfg.LockDuration)
 	if q.sessions != nil {
 		s := q.sessions.Get(session)
 		if session == "" || s == nil || s.Owner != receiver || s.LockedUntil <= d.now {
@@ -582,7 +622,7 @@ func (d *decision) expireDue(q *Queue) map[uint64]bool {
 }
 
 func (d *decision) expire(q *Queue, seq uint64) {
-	if d.e.cfg.DeadLetterOnExpiry {
+	if q.cfg.DeadLetterOnExpiry {
 		d.emit(event.Event{Type: event.DeadLettered, Queue: q.No, Seq: seq, Reason: ReasonTTLExpired,
 			Description: "The message expired and was dead lettered."})
 		return
@@ -601,7 +641,7 @@ func (d *decision) lockBySeq(c LockBySeq) error {
 			return ErrSessionLockLost
 		}
 	}
-	until := d.now + int64(d.e.cfg.LockDuration)
+	until := d.now + int64(q.cfg.LockDuration)
 	if s != nil {
 		until = s.LockedUntil
 	}
@@ -682,11 +722,11 @@ func (d *decision) settle(c Settle) error {
 // past the entity's MaxDeliveryCount it goes to the dead-letter queue.
 // (Its expiry, if due, follows on the next Tick: it is available again.)
 func (d *decision) afterFailedDelivery(q *Queue, seq uint64, m index.Meta) {
-	if isDeadLetterQueue(q.No) || int(m.Deliveries)+1 < d.e.cfg.MaxDeliveryCount {
+	if isDeadLetterQueue(q.No) || int(m.Deliveries)+1 < q.cfg.MaxDeliveryCount {
 		return
 	}
 	d.emit(event.Event{Type: event.DeadLettered, Queue: q.No, Seq: seq, Reason: ReasonMaxDeliveryCount,
-		Description: fmt.Sprintf("Message could not be consumed after %d delivery attempts.", d.e.cfg.MaxDeliveryCount)})
+		Description: fmt.Sprintf("Message could not be consumed after %d delivery attempts.", q.cfg.MaxDeliveryCount)})
 }
 
 func (d *decision) renew(c Renew) error {
@@ -701,12 +741,12 @@ func (d *decision) renew(c Renew) error {
 	if m.Session != 0 {
 		return fmt.Errorf("%w: messages of a session are locked by the session lock; renew that instead", ErrNotAllowed)
 	}
-	d.emit(event.Event{Type: event.LockRenewed, Queue: c.Queue, Seq: seq, Until: d.now + int64(d.e.cfg.LockDuration)})
+	d.emit(event.Event{Type: event.LockRenewed, Queue: c.Queue, Seq: seq, Until: d.now + int64(q.cfg.LockDuration)})
 	return nil
 }
 
 func (d *decision) tick() {
-	for _, q := range d.e.queues {
+	for _, q := range d.e.liveQueues() {
 		// Session locks first: their messages' locks end with them.
 		if q.sessions != nil {
 			var due []*index.Session
@@ -812,7 +852,7 @@ func (d *decision) acceptSession(c AcceptSession) error {
 		id = s.ID
 	}
 	d.emit(event.Event{Type: event.SessionLocked, Queue: c.Queue, SessionID: id,
-		Until: d.now + int64(d.e.cfg.LockDuration), Receiver: c.Receiver})
+		Until: d.now + int64(q.cfg.LockDuration), Receiver: c.Receiver})
 	return nil
 }
 
@@ -830,12 +870,12 @@ func (d *decision) ownedSession(no uint32, id, receiver string) (*Queue, *index.
 }
 
 func (d *decision) renewSession(c RenewSession) error {
-	_, s, err := d.ownedSession(c.Queue, c.SessionID, c.Receiver)
+	q, s, err := d.ownedSession(c.Queue, c.SessionID, c.Receiver)
 	if err != nil {
 		return err
 	}
 	d.emit(event.Event{Type: event.SessionLockRenewed, Queue: c.Queue, SessionID: s.ID,
-		Until: d.now + int64(d.e.cfg.LockDuration)})
+		Until: d.now + int64(q.cfg.LockDuration)})
 	return nil
 }
 

@@ -31,7 +31,14 @@ import (
 //	  overlays: count, (seq, refs count, (index, offset, size)...)...
 //	  expiries: count, (seq, at)...      live TTL timers
 //	  activations: count, (seq, at)...   live schedule timers
-const encodingVersion = 4
+//
+// Version 5 writes the queues that exist (a topic's subscriptions add
+// groups; a deleted one leaves a gap), each with its number, and then a
+// topic's subscriptions:
+//
+//	next group, last published (index, offset, size)
+//	count, (queue, name, created, config (JSON), rules: count, (rule (JSON))...)... by queue
+const encodingVersion = 5
 
 // Encode appends the canonical encoding of e to dst.
 func (e *Entity) Encode(dst []byte) []byte {
@@ -59,9 +66,27 @@ func (e *Entity) Encode(dst []byte) []byte {
 		dst = appendDedup(dst, e.via[v])
 	}
 
-	dst = binary.AppendUvarint(dst, uint64(len(e.queues)))
-	for _, q := range e.queues {
+	live := e.liveQueues()
+	dst = binary.AppendUvarint(dst, uint64(len(live)))
+	for _, q := range live {
 		dst = q.encode(dst)
+	}
+
+	t := &e.topic
+	dst = binary.AppendUvarint(dst, uint64(t.next))
+	dst = binary.AppendUvarint(dst, t.lastPub.Index)
+	dst = binary.AppendUvarint(dst, uint64(t.lastPub.Pos.Offset))
+	dst = binary.AppendUvarint(dst, uint64(t.lastPub.Pos.Size))
+	dst = binary.AppendUvarint(dst, uint64(len(t.subs)))
+	for _, s := range t.subs {
+		dst = binary.AppendUvarint(dst, uint64(s.no))
+		dst = event.AppendString(dst, s.name)
+		dst = binary.AppendVarint(dst, s.created)
+		dst = event.AppendBytes(dst, s.cfg.Encode())
+		dst = binary.AppendUvarint(dst, uint64(len(s.rules)))
+		for _, r := range s.rules {
+			dst = event.AppendBytes(dst, r.spec.encode())
+		}
 	}
 	return dst
 }
@@ -238,16 +263,22 @@ func Decode(b []byte) (*Entity, error) {
 		}
 	}
 
-	nq, want := r.Count(7), len(e.queues)
-	if v < 3 {
-		want = 2 // before the transfer dead-letter subqueue, which is then empty
-	}
-	if r.Err() == nil && nq != want {
-		return nil, fmt.Errorf("state has %d queues, want %d", nq, want)
-	}
-	for i := 0; i < nq && r.Err() == nil; i++ {
-		if err := e.queues[i].decode(r, uint32(i)); err != nil {
-			return nil, fmt.Errorf("queue %d: %w", i, err)
+	if v >= 5 {
+		if err := e.decodeTopic(r); err != nil {
+			return nil, err
+		}
+	} else {
+		nq, want := r.Count(7), len(e.queues)
+		if v < 3 {
+			want = 2 // before the transfer dead-letter subqueue, which is then empty
+		}
+		if r.Err() == nil && nq != want {
+			return nil, fmt.Errorf("state has %d queues, want %d", nq, want)
+		}
+		for i := 0; i < nq && r.Err() == nil; i++ {
+			if err := e.queues[i].decode(r, uint32(i)); err != nil {
+				return nil, fmt.Errorf("queue %d: %w", i, err)
+			}
 		}
 	}
 	if err := r.Done(); err != nil {
@@ -411,4 +442,102 @@ func readBool(r *event.Reader) bool {
 		r.Fail("boolean byte %d", b)
 		return false
 	}
+}
+
+// decodeTopic reads version 5's queues and subscriptions. The queues come
+// first but belong to subscriptions listed after them: they are read into
+// a table and placed once the subscriptions are known.
+func (e *Entity) decodeTopic(r *event.Reader) error {
+	nq := r.Count(7)
+	queues := make(map[uint32]*Queue, nq)
+	prev := -1
+	for i := 0; i < nq && r.Err() == nil; i++ {
+		// Peek at the number: decode checks it against the one given.
+		save := *r
+		no := r.Uint32()
+		*r = save
+		if r.Err() != nil {
+			break
+		}
+		if int64(no) <= int64(prev) {
+			return fmt.Errorf("queue %d after %d", no, prev)
+		}
+		prev = int(no)
+		var q *Queue
+		if no < event.QueueGroup {
+			q = e.queues[no]
+		} else {
+			q = newQueue(no, false, nil)
+		}
+		if err := q.decode(r, no); err != nil {
+			return fmt.Errorf("queue %d: %w", no, err)
+		}
+		queues[no] = q
+	}
+	for no := range uint32(event.QueueGroup) {
+		if queues[no] == nil && r.Err() == nil {
+			return fmt.Errorf("queue %d missing", no)
+		}
+	}
+	t := &e.topic
+	t.next = r.Uint32()
+	t.lastPub = Ref{Index: r.Uvarint(), Pos: event.Position{Offset: r.Uint32(), Size: r.Uint32()}}
+	ns := r.Count(5)
+	if r.Err() == nil && ns > 0 && !e.IsTopic() {
+		return fmt.Errorf("subscriptions in an entity that is not a topic")
+	}
+	for i := 0; i < ns && r.Err() == nil; i++ {
+		s := &Subscription{no: r.Uint32(), name: r.String(), created: r.Varint()}
+		cfgBytes := r.Bytes()
+		rules := make([][]byte, r.Count(1))
+		for j := range rules {
+			rules[j] = r.Bytes()
+		}
+		if r.Err() != nil {
+			break
+		}
+		if s.no%event.QueueGroup != 0 || s.no == 0 || s.no/event.QueueGroup >= max(t.next, 1) ||
+			len(t.subs) > 0 && s.no <= t.subs[len(t.subs)-1].no {
+			return fmt.Errorf("subscription %s numbered %d", s.name, s.no)
+		}
+		cfg, err := DecodeConfig(cfgBytes)
+		if err != nil {
+			return fmt.Errorf("subscription %s: %w", s.name, err)
+		}
+		s.cfg = cfg
+		for _, b := range rules {
+			rl, err := decodeRule(b)
+			if err != nil {
+				return fmt.Errorf("subscription %s: %w", s.name, err)
+			}
+			if n := len(s.rules); n > 0 && s.rules[n-1].spec.Name >= rl.spec.Name {
+				return fmt.Errorf("subscription %s: rules not sorted at %s", s.name, rl.spec.Name)
+			}
+			s.rules = append(s.rules, rl)
+		}
+		next := t.next
+		e.addSubscription(s)
+		for _, no := range event.GroupOf(s.no) {
+			q := queues[no]
+			if q == nil {
+				return fmt.Errorf("subscription %s: queue %d missing", s.name, no)
+			}
+			if (q.sessions != nil) != (no == s.no && cfg.RequiresSession) {
+				return fmt.Errorf("subscription %s: queue %d sessions %v", s.name, no, q.sessions != nil)
+			}
+			q.cfg = &s.cfg
+			e.queues[no] = q
+			delete(queues, no)
+		}
+		t.next = next
+	}
+	if r.Err() != nil {
+		return r.Err()
+	}
+	for no := range queues {
+		if no >= event.QueueGroup {
+			return fmt.Errorf("queue %d belongs to no subscription", no)
+		}
+	}
+	return nil
 }

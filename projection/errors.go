@@ -32,6 +32,15 @@ var (
 	// ErrNotAllowed: the operation does not apply to this entity or queue.
 	// amqp:not-allowed
 	ErrNotAllowed = errors.New("the operation is not allowed on this entity")
+	// ErrExists: a subscription or rule of that name exists.
+	// com.microsoft:entity-already-exists
+	ErrExists = errors.New("the messaging entity already exists")
+	// ErrNotFound: no subscription or rule of that name.
+	// amqp:not-found
+	ErrNotFound = errors.New("the messaging entity could not be found")
+	// ErrQuotaExceeded: a topic's limit on subscriptions or rules.
+	// amqp:resource-limit-exceeded
+	ErrQuotaExceeded = errors.New("the quota of the entity was exceeded")
 	// ErrInvalid: a malformed command. amqp:invalid-field
 	ErrInvalid = errors.New("invalid request")
 )

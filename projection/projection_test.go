@@ -22,7 +22,9 @@ func TestAgainstModel(t *testing.T) {
 	defer func() {
 		// Every event type must have come up, or the test proves little.
 		for _, typ := range event.Types() {
-			if typ != event.EntityDeleted && seen[typ] == 0 {
+			// The model knows queues; topics' events are tested in
+			// topic_test.go.
+			if typ != event.EntityDeleted && !topicEvent(typ) && seen[typ] == 0 {
 				t.Errorf("no %s event in any history", typ)
 			}
 		}
@@ -238,4 +240,13 @@ func TestSnapshotWithDamagedSessionNumberingRefused(t *testing.T) {
 	if _, err := Decode(raw); err != nil {
 		t.Fatalf("the undamaged snapshot: %v", err)
 	}
+}
+
+func topicEvent(t event.Type) bool {
+	switch t {
+	case event.Published, event.Copied, event.SubscriptionCreated, event.SubscriptionUpdated,
+		event.SubscriptionDeleted, event.RuleAdded, event.RuleRemoved:
+		return true
+	}
+	return false
 }

@@ -16,7 +16,8 @@ type Entity struct {
 	name    string
 	cfg     Config
 	created bool
-	queues  []*Queue // indexed by queue number
+	queues  []*Queue // indexed by queue number; nil for a deleted subscription's
+	topic   topicState
 	dedup   *index.Dedup
 	// forwarded is, per source entity id, the SequenceNumber there of the
 	// last message that arrived from it by dead-letter forwarding.
@@ -35,6 +36,7 @@ type Entity struct {
 // bitmaps of SequenceNumbers, and the indexes that go with them.
 type Queue struct {
 	No        uint32
+	cfg       *Config // its behaviour: the entity's, or its subscription's
 	msgs      *index.Messages
 	available *roaring64.Bitmap
 	locked    *roaring64.Bitmap
@@ -63,14 +65,15 @@ type Ref struct {
 func New() *Entity {
 	e := &Entity{cfg: DefaultConfig(), dedup: index.NewDedup(), forwarded: map[uint64]uint64{},
 		via: map[string]*index.Dedup{}}
-	e.queues = []*Queue{newQueue(event.MainQueue, false), newQueue(event.DeadLetterQueue, false),
-		newQueue(event.TransferDeadLetterQueue, false)}
+	e.queues = []*Queue{newQueue(event.MainQueue, false, &e.cfg), newQueue(event.DeadLetterQueue, false, &e.cfg),
+		newQueue(event.TransferDeadLetterQueue, false, &e.cfg)}
 	return e
 }
 
-func newQueue(no uint32, sessions bool) *Queue {
+func newQueue(no uint32, sessions bool, cfg *Config) *Queue {
 	q := &Queue{
 		No:        no,
+		cfg:       cfg,
 		msgs:      index.NewMessages(),
 		available: roaring64.New(),
 		locked:    roaring64.New(),
@@ -103,7 +106,7 @@ func (e *Entity) LastTime() int64 { return e.lastTime }
 
 // Queue returns queue no, or nil.
 func (e *Entity) Queue(no uint32) *Queue {
-	if int(no) < len(e.queues) {
+	if int(no) < len(e.queues) && e.queues[no] != nil {
 		return e.queues[no]
 	}
 	return nil
@@ -216,7 +219,7 @@ func (e *Entity) NextDeadline() int64 {
 			next = t.At
 		}
 	}
-	for _, q := range e.queues {
+	for _, q := range e.liveQueues() {
 		consider(q.lockTimers.Earliest(q.lockLive))
 		consider(q.ttlTimers.Earliest(q.ttlActionable))
 		consider(q.scheduleTimers.Earliest(q.scheduleLive))
@@ -257,11 +260,19 @@ func (e *Entity) FirstNeeded() uint64 { return e.FirstNeededFrom(0) }
 // message.
 func (e *Entity) FirstNeededFrom(from uint64) uint64 {
 	first := e.last + 1
-	for _, q := range e.queues {
+	for _, q := range e.liveQueues() {
 		it := q.all.Iterator()
 		it.AdvanceIfNeeded(from)
 		if it.HasNext() {
-			first = min(first, it.Next())
+			seq := it.Next()
+			first = min(first, seq)
+			// A rule action's copy reads its body from the Published
+			// record before it (its first overlay); the oldest message's
+			// is the oldest such record (copies follow their record in
+			// its atomic group).
+			if refs := q.overlays[seq]; len(refs) > 0 && refs[0].Index < seq {
+				first = min(first, refs[0].Index)
+			}
 		}
 		if from == 0 {
 			continue

@@ -71,6 +71,14 @@ var layouts = map[Type][]field{
 	Restored: {fQueue, fSeq, fUntil, fDeliveries, fMessageID, fSessionID, fName, fReason, fDescription, fProps,
 		fMessage},
 	Remembered: {fName, fMessageID, fUntil},
+	Published:  {fQueue, fSeq, fUntil, fMessageID, fSessionID, fProps, fMessage},
+	Copied:     {fQueue, fSeq, fUntil, fSessionID, fName, fReason, fDescription, fProps},
+
+	SubscriptionCreated: {fQueue, fName, fProps},
+	SubscriptionUpdated: {fQueue, fProps},
+	SubscriptionDeleted: {fQueue},
+	RuleAdded:           {fQueue, fName, fProps},
+	RuleRemoved:         {fQueue, fName},
 
 	Locked:      {fQueue, fSeq, fToken, fUntil, fReceiver},
 	LockRenewed: {fQueue, fSeq, fUntil},
@@ -101,7 +109,7 @@ var layouts = map[Type][]field{
 // of the (many) messages it does not concern, are unchanged. Decoding
 // refuses a tail that holds zero, so every record has one encoding.
 var tails = map[Type]field{
-	Enqueued: fHops, Scheduled: fHops, Activated: fHops, Forwarded: fHops, Restored: fHops,
+	Enqueued: fHops, Scheduled: fHops, Activated: fHops, Forwarded: fHops, Restored: fHops, Published: fHops,
 }
 
 // tail is the optional field e's record carries, if any.

@@ -46,6 +46,22 @@ const (
 	// It comes in the send's atomic group, before the message's own event,
 	// and has no queue.
 	Remembered Type = 16
+	// Published: a message sent to a topic (or a topic's scheduled
+	// message Seq, activated) reached its subscriptions: its index is its
+	// SequenceNumber in each of them. It holds the message once, and in
+	// Props the routing outcome (AppendRoutes): the subscription queues
+	// that got the message as it was sent. Until is its expiry by the
+	// topic's default; a subscription's own default may cut it shorter.
+	// Replay never evaluates a filter.
+	Published Type = 17
+	// Copied: a rule with an action matched the message of the Published
+	// record Seq records back (Index-Seq; the same atomic group) and made
+	// this copy of it in queue Queue, under this index. Name is the rule,
+	// Props the action's changes (projection encodes them), SessionID the
+	// copy's session. A copy that went to a dead-letter queue on arrival (a
+	// filter that failed, a session subscription given a message without
+	// a SessionId) carries Reason and Description instead.
+	Copied Type = 18
 
 	Locked      Type = 20 // a message was locked for a receiver (peek-lock)
 	LockRenewed Type = 21 // the lock's owner extended it
@@ -81,6 +97,15 @@ const (
 	// the log before it go (two snapshots are kept, and the log is kept
 	// back to the older one). It carries only its time.
 	Checkpoint Type = 50
+
+	// A topic's subscriptions and rules live in its log, ordered against
+	// its sends. Queue names the subscription by its first queue number
+	// (see QueueGroup); numbers are never reused.
+	SubscriptionCreated Type = 51 // Name, Props: its config
+	SubscriptionUpdated Type = 52 // Props: its new config
+	SubscriptionDeleted Type = 53
+	RuleAdded           Type = 54 // Name, Props: the rule as given
+	RuleRemoved         Type = 55 // Name
 )
 
 // LockToken identifies one lock on one message. It is a GUID on the wire.
@@ -137,6 +162,9 @@ var typeNames = map[Type]string{
 	EntityCreated: "entity-created", EntityUpdated: "entity-updated", EntityDeleted: "entity-deleted",
 	Enqueued: "enqueued", Scheduled: "scheduled", ScheduleCancelled: "schedule-cancelled", Activated: "activated",
 	Forwarded: "forwarded", Restored: "restored", Remembered: "remembered",
+	Published: "published", Copied: "copied",
+	SubscriptionCreated: "subscription-created", SubscriptionUpdated: "subscription-updated",
+	SubscriptionDeleted: "subscription-deleted", RuleAdded: "rule-added", RuleRemoved: "rule-removed",
 	Locked: "locked", LockRenewed: "lock-renewed", LockExpired: "lock-expired",
 	Completed: "completed", Abandoned: "abandoned", Released: "released", Deferred: "deferred",
 	DeadLettered: "dead-lettered", Expired: "expired", ReceivedAndDeleted: "received-and-deleted",
@@ -158,7 +186,7 @@ func (t Type) String() string {
 // SequenceNumber is the event's index.
 func (t Type) CreatesMessage() bool {
 	switch t {
-	case Enqueued, Scheduled, Activated, Forwarded, Restored:
+	case Enqueued, Scheduled, Activated, Forwarded, Restored, Published, Copied:
 		return true
 	}
 	return false

@@ -1,0 +1,205 @@
+package projection
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/walbus/walbus/log/event"
+	"github.com/walbus/walbus/projection/filter"
+)
+
+// topicLog drives an Entity as the broker does: Decide, number the events
+// as the log would, Apply. It keeps every event, for replays.
+type topicLog struct {
+	t   *testing.T
+	e   *Entity
+	evs []event.Event
+	now int64
+}
+
+func newTopicLog(t *testing.T) *topicLog {
+	l := &topicLog{t: t, e: New(), now: 1_000_000_000}
+	l.must(Configure{Name: "orders", Config: DefaultTopicConfig()})
+	return l
+}
+
+func (l *topicLog) do(cmd Command) ([]event.Event, error) {
+	l.t.Helper()
+	evs, err := l.e.Decide(cmd, l.now)
+	if err != nil {
+		return nil, err
+	}
+	for i := range evs {
+		evs[i].Index = l.e.LastIndex() + 1
+		evs[i].Pos = event.Position{Offset: uint32(evs[i].Index * 100), Size: 50}
+		if err := l.e.Apply(&evs[i]); err != nil {
+			l.t.Fatalf("apply %s: %v", evs[i].Type, err)
+		}
+		l.evs = append(l.evs, evs[i])
+	}
+	l.now += 1_000_000
+	return evs, nil
+}
+
+func (l *topicLog) must(cmd Command) []event.Event {
+	l.t.Helper()
+	evs, err := l.do(cmd)
+	if err != nil {
+		l.t.Fatalf("%T: %v", cmd, err)
+	}
+	return evs
+}
+
+func str(s string) *string { return &s }
+
+func sqlRule(name, expr, action string) RuleSpec {
+	return RuleSpec{Name: name, Filter: FilterSpec{Kind: FilterSQL, SQL: expr}, Action: action}
+}
+
+func send(body string, props ...filter.Property) Send {
+	return Send{Messages: []Message{{Body: []byte(body), MessageID: body,
+		Filter: &filter.Message{Properties: props}}}}
+}
+
+func TestTopicRouting(t *testing.T) {
+	l := newTopicLog(t)
+	l.must(CreateSubscription{Name: "all", Config: DefaultSubscriptionConfig()})
+	l.must(CreateSubscription{Name: "red", Config: DefaultSubscriptionConfig(),
+		Rules: []RuleSpec{sqlRule("isRed", "color = 'red'", "")}})
+	l.must(CreateSubscription{Name: "copies", Config: DefaultSubscriptionConfig(), Rules: []RuleSpec{
+		sqlRule("a", "1=1", "SET tag = 'a'"), sqlRule("b", "1=1", "SET tag = 'b'"), sqlRule("plain", "1=1", "")}})
+	l.must(CreateSubscription{Name: "none", Config: DefaultSubscriptionConfig(), Rules: []RuleSpec{}})
+	l.must(CreateSubscription{Name: "broken", Config: DefaultSubscriptionConfig(),
+		Rules: []RuleSpec{sqlRule("div", "1/n = 1", "")}})
+	corr := DefaultSubscriptionConfig()
+	l.must(CreateSubscription{Name: "label", Config: corr, Rules: []RuleSpec{{Name: "l",
+		Filter: FilterSpec{Kind: FilterCorrelation, Correlation: &CorrelationSpec{Subject: str("x")}}}}})
+
+	if _, err := l.do(CreateSubscription{Name: "ALL", Config: DefaultSubscriptionConfig()}); !errors.Is(err, ErrExists) {
+		t.Fatalf("a second subscription called all: %v", err)
+	}
+	if _, err := l.do(CreateSubscription{Name: "bad", Config: DefaultSubscriptionConfig(),
+		Rules: []RuleSpec{sqlRule("r", "color = ", "")}}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a bad filter: %v", err)
+	}
+
+	evs := l.must(send("m1", filter.Property{Name: "Color", Value: filter.StringValue("red")},
+		filter.Property{Name: "n", Value: filter.IntValue(0)}))
+	var types []string
+	for _, ev := range evs {
+		types = append(types, ev.Type.String())
+	}
+	// Published; copies a and b in "copies"; broken's division by zero
+	// goes to its dead-letter queue.
+	if len(evs) != 4 || evs[0].Type != event.Published {
+		t.Fatalf("events %v", types)
+	}
+	routes, err := event.DecodeRoutes(evs[0].Props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, red, copies := l.e.Subscription("all"), l.e.Subscription("red"), l.e.Subscription("copies")
+	if want := []uint32{all.Queue(), red.Queue(), copies.Queue()}; !equalU32(routes, want) {
+		t.Fatalf("routes %v, want %v", routes, want)
+	}
+	seq := evs[0].Index
+	if q := l.e.Queue(copies.Queue()); q.Counts().Available != 3 {
+		t.Fatalf("copies holds %d, want 3", q.Counts().Available)
+	}
+	if q := l.e.Queue(l.e.Subscription("none").Queue()); q.Counts().Total != 0 {
+		t.Fatal("a subscription with no rules got a message")
+	}
+	broken := l.e.Subscription("broken")
+	dlq := l.e.Queue(event.SubqueueOf(broken.Queue(), event.KindDeadLetter))
+	if dlq.Counts().Available != 1 || l.e.Queue(broken.Queue()).Counts().Total != 0 {
+		t.Fatal("the failed filter did not dead-letter")
+	}
+	if got := l.e.Queue(l.e.Subscription("label").Queue()).Counts().Total; got != 0 {
+		t.Fatalf("label got %d", got)
+	}
+	if got := l.e.FirstNeeded(); got != seq {
+		t.Fatalf("first needed %d, want %d", got, seq)
+	}
+
+	// Settle in one subscription leaves the others alone.
+	lk := l.must(Lock{Queue: all.Queue(), Receiver: "r", Max: 10, Limit: 1 << 62, Nonce: 1})
+	l.must(Settle{Queue: all.Queue(), Token: lk[0].Token, Outcome: Complete})
+	if l.e.Queue(all.Queue()).Counts().Total != 0 || l.e.Queue(red.Queue()).Counts().Total != 1 {
+		t.Fatal("a complete in one subscription changed another")
+	}
+
+	// Rules change between sends; a deleted subscription frees its queues.
+	l.must(RemoveRule{Queue: red.Queue(), Name: "isRed"})
+	l.must(AddRule{Queue: red.Queue(), Rule: sqlRule("isBlue", "color = 'blue'", "")})
+	if _, err := l.do(AddRule{Queue: red.Queue(), Rule: sqlRule("isBlue", "1=1", "")}); !errors.Is(err, ErrExists) {
+		t.Fatalf("a duplicate rule: %v", err)
+	}
+	l.must(send("m2", filter.Property{Name: "color", Value: filter.StringValue("red")}))
+	if l.e.Queue(red.Queue()).Counts().Total != 1 {
+		t.Fatal("the removed rule still matched")
+	}
+	l.must(DeleteSubscription{Name: "copies"})
+	if l.e.Queue(copies.Queue()) != nil {
+		t.Fatal("the deleted subscription's queue is still there")
+	}
+	l.must(CreateSubscription{Name: "late", Config: DefaultSubscriptionConfig()})
+	if late := l.e.Subscription("late"); late.Queue() <= l.e.Subscription("label").Queue() ||
+		l.e.Queue(late.Queue()).Counts().Total != 0 {
+		t.Fatal("a new subscription reused a number or got old messages")
+	}
+	l.must(send("m3"))
+
+	// Replay and the snapshot give the same state.
+	snap := l.e.Encode(nil)
+	if again := replay(t, l.evs).Encode(nil); !bytes.Equal(again, snap) {
+		t.Fatal("replay gives another state")
+	}
+	back, err := Decode(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(back.Encode(nil), snap) {
+		t.Fatal("the snapshot decodes to another state")
+	}
+	if back.Subscription("red").Rules()[0].Name != "isBlue" {
+		t.Fatal("rules lost in the snapshot")
+	}
+}
+
+func TestTopicSessionsAndScheduling(t *testing.T) {
+	l := newTopicLog(t)
+	cfg := DefaultSubscriptionConfig()
+	cfg.RequiresSession = true
+	l.must(CreateSubscription{Name: "s", Config: cfg})
+	s := l.e.Subscription("s")
+	l.must(send("nosession"))
+	if l.e.Queue(s.Queue()+1).Counts().Total != 1 {
+		t.Fatal("a message without a session id did not go to the dead-letter queue")
+	}
+	m := Message{Body: []byte("later"), MessageID: "later", SessionID: "a", ScheduledAt: l.now + 5_000_000}
+	evs := l.must(Send{Messages: []Message{m}})
+	if evs[0].Type != event.Scheduled || l.e.Queue(0).Counts().Scheduled != 1 {
+		t.Fatal("not scheduled at the topic")
+	}
+	l.now += 10_000_000
+	l.must(Activate{Seq: evs[0].Index, Record: evs[0]})
+	if l.e.Queue(0).Counts().Total != 0 || l.e.Queue(s.Queue()).Counts().Available != 1 {
+		t.Fatal("the activated message did not reach the subscription")
+	}
+	if _, err := l.do(Send{Queue: s.Queue(), Messages: []Message{m}}); !errors.Is(err, ErrNotAllowed) {
+		t.Fatalf("a send to a subscription: %v", err)
+	}
+}
+
+func equalU32(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
