@@ -24,8 +24,17 @@ func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error))
 	// Even when every message is a duplicate (no events), done waits for
 	// whatever came before: the original may not be durable yet.
 	t.do(done, func(t *Entity) ([]event.Event, error) {
-		return t.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via, Nonce: t.rng.Uint64()})
+		return t.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via, Nonce: t.topicNonce()})
 	})
+}
+
+// topicNonce is randomness for newid() in a topic's rule actions; a queue
+// draws none, so its lock tokens stay what a seed makes them.
+func (e *Entity) topicNonce() uint64 {
+	if !e.st.IsTopic() {
+		return 0
+	}
+	return e.rng.Uint64()
 }
 
 // readFilters fills in what a topic's rules see of each message, on the
@@ -66,7 +75,7 @@ func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]u
 	}
 	t.readFilters(msgs)
 	err = t.post(func(e *Entity) {
-		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via, Nonce: e.rng.Uint64()})
+		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via, Nonce: e.topicNonce()})
 		if err != nil {
 			done(nil, err)
 			return

@@ -356,7 +356,7 @@ func (e *Entity) deliverTo(r *Receiver, max uint64) uint64 {
 		if ev.Type == event.Locked {
 			d.State = index.Locked
 		}
-		if hook := e.b.opts.OnFirstDelivery; hook != nil && d.Deliveries == 0 && d.Queue == event.MainQueue {
+		if hook := e.b.opts.OnFirstDelivery; hook != nil && d.Deliveries == 0 && event.KindOf(d.Queue) == event.KindMessages {
 			since := d.EnqueuedAt
 			if d.ScheduledAt > since {
 				since = d.ScheduledAt

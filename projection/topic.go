@@ -549,3 +549,13 @@ func (e *Entity) Expiry(no uint32, until, t int64) int64 {
 	}
 	return until
 }
+
+// QueueNumbers lists the entity's queues in number order: its own three,
+// then each subscription's.
+func (e *Entity) QueueNumbers() []uint32 {
+	var out []uint32
+	for _, q := range e.liveQueues() {
+		out = append(out, q.No)
+	}
+	return out
+}

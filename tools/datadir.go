@@ -199,7 +199,16 @@ func QueueName(no uint32) string {
 	case event.TransferDeadLetterQueue:
 		return "tdlq"
 	}
-	return "q" + strconv.FormatUint(uint64(no), 10)
+	// A topic's subscription k owns queues 3k to 3k+2; its
+	// subscription-created event gives its name.
+	sub := "s" + strconv.FormatUint(uint64(no/event.QueueGroup), 10)
+	switch event.KindOf(no) {
+	case event.KindDeadLetter:
+		return sub + "/dlq"
+	case event.KindTransferDeadLetter:
+		return sub + "/tdlq"
+	}
+	return sub
 }
 
 // formatTime renders unix ns for people: UTC with milliseconds.

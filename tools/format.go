@@ -28,7 +28,7 @@ type EventRecord struct {
 
 	Queue        string `json:"queue,omitempty"` // main or dlq
 	Seq          uint64 `json:"seq,omitempty"`   // the message the event is about
-	From         uint64 `json:"from,omitempty"`  // activated: the scheduled message's SequenceNumber
+	From         uint64 `json:"from,omitempty"`  // activated, published: the scheduled message's SequenceNumber; copied: the published record
 	MessageID    string `json:"message_id,omitempty"`
 	SessionID    string `json:"session_id,omitempty"`
 	Size         *int   `json:"size,omitempty"` // of the message as sent
@@ -50,8 +50,11 @@ type EventRecord struct {
 	// RememberedUntil is when the entity on the way (Name) of a
 	// remembered event forgets its MessageId.
 	RememberedUntil string          `json:"remembered_until,omitempty"`
-	Spec            json.RawMessage `json:"spec,omitempty"` // entity events: the recorded definition
-	Body            *BodyPreview    `json:"body,omitempty"`
+	Spec            json.RawMessage `json:"spec,omitempty"` // entity, subscription and rule events: the recorded definition
+	// Routes are the subscriptions a published message reached as sent
+	// (copies made by rule actions are copied events of their own).
+	Routes []string     `json:"routes,omitempty"`
+	Body   *BodyPreview `json:"body,omitempty"`
 }
 
 // BodyPreview is the start of a message as the client sent it (the bare
@@ -147,7 +150,9 @@ func hasQueue(t event.Type) bool {
 	return !isNamespaceType(t) && t != event.Checkpoint && t != event.Remembered
 }
 
-func hasMessage(t event.Type) bool { return t.CreatesMessage() }
+// hasMessage says whether events of type t carry a message body (a topic's
+// copy reads its body from the published record before it).
+func hasMessage(t event.Type) bool { return t.CreatesMessage() && t != event.Copied }
 
 // eventRecord builds the JSON form of ev.
 func eventRecord(ev *event.Event, c eventContext) EventRecord {
@@ -166,10 +171,23 @@ func eventRecord(ev *event.Event, c eventContext) EventRecord {
 		r.Deliveries = &c.deliveries
 	}
 	switch ev.Type {
-	case event.EntityCreated, event.EntityUpdated:
+	case event.EntityCreated, event.EntityUpdated, event.SubscriptionCreated, event.SubscriptionUpdated, event.RuleAdded:
 		if json.Valid(ev.Props) {
 			r.Spec = json.RawMessage(append([]byte(nil), ev.Props...))
 		}
+	case event.Published:
+		if ev.Until != 0 {
+			r.Expires = rfc3339(ev.Until)
+		}
+		if routes, err := event.DecodeRoutes(ev.Props); err == nil {
+			r.Routes = make([]string, len(routes))
+			for i, no := range routes {
+				r.Routes[i] = QueueName(no)
+			}
+		}
+		r.From = ev.Seq
+	case event.Copied:
+		r.From = ev.Index - ev.Seq
 	case event.Enqueued, event.Activated, event.Forwarded, event.Restored:
 		if ev.Until != 0 {
 			r.Expires = rfc3339(ev.Until)
@@ -193,8 +211,12 @@ func eventRecord(ev *event.Event, c eventContext) EventRecord {
 	if ev.Type == event.Locked {
 		r.LockToken = FormatToken(ev.Token)
 	}
-	if !isNamespaceType(ev.Type) {
-		r.PropsSize = len(ev.Props)
+	switch ev.Type {
+	case event.Published, event.SubscriptionCreated, event.SubscriptionUpdated, event.RuleAdded:
+	default:
+		if !isNamespaceType(ev.Type) {
+			r.PropsSize = len(ev.Props)
+		}
 	}
 	if hasMessage(ev.Type) {
 		n := len(ev.Message)
@@ -238,6 +260,32 @@ func eventDetails(ev *event.Event, c eventContext) string {
 		add("via", quoteIfNeeded(ev.Name))
 		add("id", quoteIfNeeded(ev.MessageID))
 		add("until", rel(ev.Until))
+	case event.Published:
+		if ev.Seq != 0 {
+			add("from", strconv.FormatUint(ev.Seq, 10))
+		}
+		add("to", routesText(ev.Props))
+	case event.Copied:
+		add("of", strconv.FormatUint(ev.Index-ev.Seq, 10))
+		if ev.Name != "" {
+			add("rule", quoteIfNeeded(ev.Name))
+		}
+		if ev.Reason != "" {
+			add("reason", quoteIfNeeded(ev.Reason))
+			add("description", quoteIfNeeded(ev.Description))
+		}
+	case event.SubscriptionCreated, event.RuleAdded:
+		add("name", quoteIfNeeded(ev.Name))
+		add("spec", string(ev.Props))
+		return b.String()
+	case event.SubscriptionUpdated:
+		add("spec", string(ev.Props))
+		return b.String()
+	case event.RuleRemoved:
+		add("name", quoteIfNeeded(ev.Name))
+		return b.String()
+	case event.SubscriptionDeleted:
+		return b.String()
 	}
 	if hasMessage(ev.Type) {
 		if ev.MessageID != "" {
@@ -252,7 +300,7 @@ func eventDetails(ev *event.Event, c eventContext) string {
 		}
 	}
 	switch ev.Type {
-	case event.Enqueued, event.Activated, event.Forwarded, event.Restored:
+	case event.Enqueued, event.Activated, event.Forwarded, event.Restored, event.Published:
 		if ev.Until != 0 {
 			add("expires", rel(ev.Until))
 		}
@@ -287,7 +335,7 @@ func eventDetails(ev *event.Event, c eventContext) string {
 		add("session", quoteIfNeeded(ev.SessionID))
 		add("state", fmt.Sprintf("%dB", len(ev.State)))
 	}
-	if len(ev.Props) > 0 {
+	if len(ev.Props) > 0 && ev.Type != event.Published {
 		add("props", fmt.Sprintf("%dB", len(ev.Props)))
 	}
 	if c.deliveries >= 0 && seqOf(ev) != 0 {
@@ -300,6 +348,20 @@ func eventDetails(ev *event.Event, c eventContext) string {
 		add("source", c.source)
 	}
 	return b.String()
+}
+
+// routesText lists the subscription queues a Published event reached:
+// "[s1 s4]", or "[]" for none.
+func routesText(props []byte) string {
+	routes, err := event.DecodeRoutes(props)
+	if err != nil {
+		return quoteIfNeeded("unreadable: " + err.Error())
+	}
+	names := make([]string, len(routes))
+	for i, no := range routes {
+		names[i] = QueueName(no)
+	}
+	return "[" + strings.Join(names, ",") + "]"
 }
 
 // relative renders the time at as an offset from the time base ("+1m0s"),

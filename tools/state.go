@@ -220,16 +220,17 @@ type StateReport struct {
 
 // QueueReport is one queue of a StateReport.
 type QueueReport struct {
-	Queue     string          `json:"queue"`
-	Available uint64          `json:"available"`
-	Locked    uint64          `json:"locked"`
-	Deferred  uint64          `json:"deferred"`
-	Scheduled uint64          `json:"scheduled"`
-	Total     uint64          `json:"total"`
-	Oldest    *MessageReport  `json:"oldest,omitempty"`
-	LockCount int             `json:"lock_count"`
-	Locks     []LockReport    `json:"locks,omitempty"` // up to StateOptions.Max
-	Sessions  []SessionReport `json:"sessions,omitempty"`
+	Queue        string          `json:"queue"`
+	Subscription string          `json:"subscription,omitempty"` // a topic's queue: whose it is
+	Available    uint64          `json:"available"`
+	Locked       uint64          `json:"locked"`
+	Deferred     uint64          `json:"deferred"`
+	Scheduled    uint64          `json:"scheduled"`
+	Total        uint64          `json:"total"`
+	Oldest       *MessageReport  `json:"oldest,omitempty"`
+	LockCount    int             `json:"lock_count"`
+	Locks        []LockReport    `json:"locks,omitempty"` // up to StateOptions.Max
+	Sessions     []SessionReport `json:"sessions,omitempty"`
 	// SessionCount is the number of sessions known; -1 for a queue
 	// without sessions.
 	SessionCount int `json:"session_count"`
@@ -289,14 +290,20 @@ func (r *Rebuilt) Report(opts StateOptions) *StateReport {
 	}
 	rep := &StateReport{Entity: r.Entity.Name, At: opts.At.String(), Index: st.LastIndex(), Time: formatTime(st.LastTime()),
 		AsOf: formatTime(asOf), Snapshot: r.Snapshot, Replayed: r.Replayed, Notes: r.Notes, Damaged: r.Damaged}
-	for _, no := range event.GroupOf(event.MainQueue) {
+	for _, no := range st.QueueNumbers() {
 		q := st.Queue(no)
-		// The transfer dead-letter queue is nearly always empty: shown
-		// only when it is not.
-		if q == nil || no == event.TransferDeadLetterQueue && q.Counts().Total == 0 {
+		// A transfer dead-letter queue is nearly always empty: shown only
+		// when it is not. A topic's own queues hold only its scheduled
+		// messages.
+		if q == nil || event.KindOf(no) == event.KindTransferDeadLetter && q.Counts().Total == 0 ||
+			st.IsTopic() && no < event.QueueGroup && q.Counts().Total == 0 {
 			continue
 		}
-		rep.Queues = append(rep.Queues, r.queueReport(q, asOf, opts.Max))
+		qr := r.queueReport(q, asOf, opts.Max)
+		if s := st.SubscriptionOf(no); s != nil {
+			qr.Subscription = s.Name()
+		}
+		rep.Queues = append(rep.Queues, qr)
 	}
 	return rep
 }
@@ -374,11 +381,11 @@ func (rep *StateReport) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "%-6s %10s %10s %10s %10s %10s\n", "queue", "available", "locked", "deferred", "scheduled", "total")
 	for _, q := range rep.Queues {
-		fmt.Fprintf(&b, "%-6s %10d %10d %10d %10d %10d\n", q.Queue, q.Available, q.Locked, q.Deferred, q.Scheduled, q.Total)
+		fmt.Fprintf(&b, "%-6s %10d %10d %10d %10d %10d\n", q.label(), q.Available, q.Locked, q.Deferred, q.Scheduled, q.Total)
 	}
 	for _, q := range rep.Queues {
 		if m := q.Oldest; m != nil {
-			fmt.Fprintf(&b, "%s: oldest message seq %d", q.Queue, m.Seq)
+			fmt.Fprintf(&b, "%s: oldest message seq %d", q.label(), m.Seq)
 			if m.MessageID != "" {
 				fmt.Fprintf(&b, " id %s", quoteIfNeeded(m.MessageID))
 			}
@@ -396,7 +403,7 @@ func (rep *StateReport) WriteText(w io.Writer) error {
 			}
 		}
 		if q.LockCount > 0 {
-			fmt.Fprintf(&b, "%s: %s held\n", q.Queue, plural(q.LockCount, "lock"))
+			fmt.Fprintf(&b, "%s: %s held\n", q.label(), plural(q.LockCount, "lock"))
 			tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "  seq\treceiver\tuntil\ttoken")
 			for _, lk := range q.Locks {
@@ -408,7 +415,7 @@ func (rep *StateReport) WriteText(w io.Writer) error {
 			}
 		}
 		if q.SessionCount > 0 {
-			fmt.Fprintf(&b, "%s: %s\n", q.Queue, plural(q.SessionCount, "session"))
+			fmt.Fprintf(&b, "%s: %s\n", q.label(), plural(q.SessionCount, "session"))
 			tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "  id\towner\tlocked until\tmessages\tstate")
 			for _, s := range q.Sessions {
@@ -429,4 +436,16 @@ func (rep *StateReport) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// label names the queue for people: a subscription's by its name
+// ("red", "red/dlq").
+func (q QueueReport) label() string {
+	if q.Subscription == "" {
+		return q.Queue
+	}
+	if i := strings.IndexByte(q.Queue, '/'); i >= 0 {
+		return q.Subscription + q.Queue[i:]
+	}
+	return q.Subscription
 }

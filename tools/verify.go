@@ -160,8 +160,10 @@ func (v *verifier) namespace() map[uint64]*EntityInfo {
 				lg.eventf(seg, ev.Index, "%s %q: definition does not decode: %v", ev.Type, ev.Name, err)
 			} else if err := spec.Config.Validate(); err != nil {
 				lg.eventf(seg, ev.Index, "%s %q: invalid config: %v", ev.Type, ev.Name, err)
-			} else if spec.Kind != "queue" {
+			} else if spec.Kind != "queue" && spec.Kind != "topic" {
 				lg.eventf(seg, ev.Index, "%s %q: unknown kind %q", ev.Type, ev.Name, spec.Kind)
+			} else if (spec.Kind == "topic") != spec.Config.Topic {
+				lg.eventf(seg, ev.Index, "%s %q: kind %q with a config that says topic=%v", ev.Type, ev.Name, spec.Kind, spec.Config.Topic)
 			}
 			if ev.Type == event.EntityCreated && known != nil {
 				lg.eventf(seg, ev.Index, "entity %q created again (first at index %d) without being deleted", ev.Name, known.ID)
@@ -505,7 +507,7 @@ func (c *entityCheck) apply(ev *event.Event, seg string) {
 // exists, and that the state survives its own encoding.
 func (c *entityCheck) full(seg string) {
 	at := c.st.LastIndex()
-	for _, no := range event.GroupOf(event.MainQueue) {
+	for _, no := range c.st.QueueNumbers() {
 		q := c.st.Queue(no)
 		if q == nil {
 			continue
@@ -525,8 +527,15 @@ func (c *entityCheck) full(seg string) {
 			if _, locked := q.Lock(seq); locked != (m.State == index.Locked) {
 				c.lg.eventf(seg, at, "queue %s: message %d is %s but has a lock record: %v", qn, seq, m.State, locked)
 			}
-			c.record(qn, seq, seq, m.Pos, "its own record", event.Enqueued, event.Scheduled, event.Activated, event.Forwarded, event.Restored)
-			for _, ref := range q.Overlays(seq) {
+			c.record(qn, seq, seq, m.Pos, "its own record", event.Enqueued, event.Scheduled, event.Activated, event.Forwarded,
+				event.Restored, event.Published, event.Copied)
+			for i, ref := range q.Overlays(seq) {
+				// A topic's copy reads its body from the published record
+				// before it, its first overlay.
+				if i == 0 && ref.Index < seq && ref.Index > 0 {
+					c.record(qn, seq, ref.Index, ref.Pos, "its published record", event.Published)
+					continue
+				}
 				// A forwarded or restored message's own record is also its
 				// first overlay.
 				if ref.Index < seq || ref.Index > at {
@@ -534,7 +543,7 @@ func (c *entityCheck) full(seg string) {
 					continue
 				}
 				c.record(qn, seq, ref.Index, ref.Pos, "an overlay", event.Abandoned, event.Deferred, event.DeadLettered, event.Forwarded,
-					event.Restored, event.TransferDeadLettered)
+					event.Restored, event.TransferDeadLettered, event.Copied)
 			}
 			if m.Session != 0 {
 				if ss := q.Sessions(); ss == nil || ss.ByNo(m.Session) == nil {

@@ -15,8 +15,10 @@ package emuconfig
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -178,11 +180,72 @@ func Parse(path string, data []byte) (f *File, err error) {
 func (q Queue) Config() broker.Config { return q.Properties.config() }
 
 // Config is the subscription's settings, as for Queue.Config.
-func (s Subscription) Config() broker.Config { return s.Properties.config() }
+func (s Subscription) Config() broker.Config {
+	c := s.Properties.config()
+	c.DeadLetterOnFilterError = true // Service Bus's default; the file has no such key
+	return c
+}
 
 // Config is the topic's settings, as for Queue.Config; a topic has no lock
 // or delivery count of its own, so those stay at their defaults.
-func (t Topic) Config() broker.Config { return t.Properties.config() }
+func (t Topic) Config() broker.Config {
+	c := t.Properties.config()
+	c.Topic = true
+	return c
+}
+
+// RuleSpecs are the subscription's rules as the broker takes them: nil
+// (the $Default rule) when the file lists none.
+func (s Subscription) RuleSpecs() []broker.RuleSpec {
+	if len(s.Rules) == 0 {
+		return nil
+	}
+	out := make([]broker.RuleSpec, len(s.Rules))
+	for i, r := range s.Rules {
+		out[i] = r.Spec()
+	}
+	return out
+}
+
+// Spec is the rule as the broker takes it. A correlation filter's empty
+// strings are fields the file leaves out; its properties go in name order.
+func (r Rule) Spec() broker.RuleSpec {
+	spec := broker.RuleSpec{Name: r.Name}
+	if r.Action != nil {
+		spec.Action = r.Action.Expression
+	}
+	switch {
+	case r.FilterType == FilterSQL && r.SQLFilter != nil:
+		spec.Filter = broker.FilterSpec{Kind: broker.FilterSQL, SQL: r.SQLFilter.Expression}
+	case r.FilterType == FilterCorrelation && r.CorrelationFilter != nil:
+		f := r.CorrelationFilter
+		opt := func(s string) *string {
+			if s == "" {
+				return nil
+			}
+			return &s
+		}
+		c := &broker.CorrelationSpec{CorrelationID: opt(f.CorrelationID), MessageID: opt(f.MessageID), To: opt(f.To),
+			ReplyTo: opt(f.ReplyTo), Subject: opt(f.Subject), SessionID: opt(f.SessionID),
+			ReplyToSessionID: opt(f.ReplyToSessionID), ContentType: opt(f.ContentType)}
+		for _, name := range slices.Sorted(maps.Keys(f.Properties)) {
+			var v broker.FilterValue
+			switch x := f.Properties[name].(type) {
+			case string:
+				v = broker.StringValue(x)
+			case int64:
+				v = broker.IntValue(x)
+			case float64:
+				v = broker.DoubleValue(x)
+			case bool:
+				v = broker.BoolValue(x)
+			}
+			c.Properties = append(c.Properties, broker.FilterProperty{Name: name, Value: v})
+		}
+		spec.Filter = broker.FilterSpec{Kind: broker.FilterCorrelation, Correlation: c}
+	}
+	return spec
+}
 
 // unlimitedTTL and beyond means no expiry: .NET's TimeSpan.MaxValue (which
 // ParseDuration saturates) and anything a person writes to mean "never".

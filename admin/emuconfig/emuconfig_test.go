@@ -115,9 +115,9 @@ func TestSampleConfig(t *testing.T) {
 	q2.LockDuration, q2.MaxDeliveryCount, q2.DefaultTTL = 30*time.Second, 25, 2*day
 	q2.DeadLetterOnExpiry, q2.RequiresSession, q2.RequiresDuplicateDetection = true, true, true
 	q2.DuplicateWindow, q2.ForwardDeadLetteredMessagesTo = 10*time.Minute, "queue.3"
-	topic := broker.DefaultConfig()
+	topic := broker.DefaultTopicConfig()
 	topic.DefaultTTL, topic.DuplicateWindow = time.Hour, 20*time.Second
-	sub3 := broker.DefaultConfig()
+	sub3 := broker.DefaultSubscriptionConfig()
 	sub3.LockDuration, sub3.MaxDeliveryCount, sub3.DefaultTTL, sub3.ForwardTo = time.Minute, 3, time.Hour, "queue.1"
 	for _, c := range []struct {
 		name      string
@@ -160,7 +160,7 @@ func TestComments(t *testing.T) {
         "To": "http://host/*path*/",
         "Properties": { "//key": "/*value" } } } },
       { "Name": "r.2", "Properties": { "FilterType": "Sql", "SqlFilter": {
-        "SqlExpression": "x = '//' /* not a comment */" } } }
+        "SqlExpression": "x = '//' OR y = '/* not a comment */'" } } }
     ] } ] } ]
   } ] /**/ } /***/
 } // trailing
@@ -177,7 +177,7 @@ func TestComments(t *testing.T) {
 	if cf.Subject != "a // b /* c */ d" || cf.To != "http://host/*path*/" || !reflect.DeepEqual(cf.Properties, map[string]any{"//key": "/*value"}) {
 		t.Errorf("correlation filter lost comment-like text: %+v", cf)
 	}
-	if got := rules[1].SQLFilter.Expression; got != "x = '//' /* not a comment */" {
+	if got := rules[1].SQLFilter.Expression; got != "x = '//' OR y = '/* not a comment */'" {
 		t.Errorf("SQL expression %q", got)
 	}
 
@@ -390,6 +390,8 @@ func TestErrors(t *testing.T) {
 		{"unknown filter type", rulesDoc(`{"Name": "r", "Properties": {"FilterType": ‸"True"}}`), rule + `.Properties.FilterType: unknown filter type "True", want Correlation or Sql`},
 		{"sql without filter", rulesDoc(`{"Name": "r", "Properties": ‸{"FilterType": "Sql", "CorrelationFilter": {"To": "x"}}}`), rule + ".Properties: missing SqlFilter for FilterType Sql"},
 		{"correlation without filter", rulesDoc(`{"Name": "r", "Properties": ‸{"FilterType": "Correlation", "CorrelationFilter": null}}`), rule + ".Properties: missing CorrelationFilter for FilterType Correlation"},
+		{"bad sql filter", rulesDoc(`‸{"Name": "r", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "color = "}}}`), rule + ".Properties: invalid request: rule r: the filter: line 1, column 9: expected a value, found the end of the expression"},
+		{"bad action", rulesDoc(`‸{"Name": "r", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "1=1"}, "Action": {"SqlExpression": "SET sys.SequenceNumber = 1"}}}`), rule + ".Properties: invalid request: rule r: the action: line 1, column 5: sys.SequenceNumber is assigned by the broker; an action cannot change it"},
 		{"empty sql", rulesDoc(`{"Name": "r", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": ‸" "}}}`), rule + ".Properties.SqlFilter.SqlExpression: empty SqlExpression"},
 		{"sql without expression", rulesDoc(`{"Name": "r", "Properties": {"FilterType": "Sql", "SqlFilter": ‸{"Expression": "1=1"}}}`), rule + ".Properties.SqlFilter: missing SqlExpression"},
 		{"empty action", rulesDoc(`{"Name": "r", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "1=1"}, "Action": {"SqlExpression": ‸""}}}`), rule + ".Properties.Action.SqlExpression: empty SqlExpression"},
@@ -494,7 +496,7 @@ func TestCaseInsensitiveKeysAndNull(t *testing.T) {
              {"Name": "q2", "Properties": null}],
   "topics": [{"name": "t", "subscriptions": [{"name": "s", "rules": [
     {"name": "r1", "properties": {"filtertype": "sql", "sqlfilter": {"sqlexpression": "a = 1"}, "action": {"SQLEXPRESSION": "SET a = 2"}}},
-    {"name": "r2", "properties": {"FILTERTYPE": "CORRELATION", "correlationfilter": {"label": "l", "correlationid": "c", "properties": {"Key": "v", "key": "w"}}}}
+    {"name": "r2", "properties": {"FILTERTYPE": "CORRELATION", "correlationfilter": {"label": "l", "correlationid": "c", "properties": {"Key": "v", "key2": "w"}}}}
   ]}], "Subscriptions": null}]
 }]}}`
 	_, err := Parse("c.json", []byte(src))
@@ -516,7 +518,7 @@ func TestCaseInsensitiveKeysAndNull(t *testing.T) {
 		Topics: []Topic{{Name: "t", Subscriptions: []Subscription{{Name: "s", Rules: []Rule{
 			{Name: "r1", FilterType: FilterSQL, SQLFilter: &SQLFilter{Expression: "a = 1"}, Action: &SQLAction{Expression: "SET a = 2"}},
 			// Application property names keep their case.
-			{Name: "r2", FilterType: FilterCorrelation, CorrelationFilter: &CorrelationFilter{Subject: "l", CorrelationID: "c", Properties: map[string]any{"Key": "v", "key": "w"}}},
+			{Name: "r2", FilterType: FilterCorrelation, CorrelationFilter: &CorrelationFilter{Subject: "l", CorrelationID: "c", Properties: map[string]any{"Key": "v", "key2": "w"}}},
 		}}}}},
 	}}}
 	if !reflect.DeepEqual(f, want) {

@@ -304,6 +304,12 @@ func (d *decoder) rule(names nameSet) Rule {
 	case !sawProperties:
 		d.failf(start, "missing Properties")
 	}
+	// The filter and action are compiled as the broker will: a bad
+	// expression stops the start here, with its place in the file and in
+	// the expression.
+	if err := r.Spec().Compile(); err != nil {
+		d.failAt(start, err, "Properties")
+	}
 	return r
 }
 

@@ -268,7 +268,7 @@ func archivedBelow(archives []*log.Archive, first uint64) []uint64 {
 // message's own record and the records that modify it, in index order.
 func neededBelow(st *projection.Entity, cut uint64) []projection.Ref {
 	var refs []projection.Ref
-	for no := uint32(0); st.Queue(no) != nil; no++ {
+	for _, no := range st.QueueNumbers() {
 		q := st.Queue(no)
 		for _, seq := range q.Peek(0, int(^uint(0)>>1), ^uint64(0)) {
 			if m, _ := q.Message(seq); seq < cut {

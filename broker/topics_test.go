@@ -1,0 +1,105 @@
+package broker
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/walbus/walbus/projection"
+	"github.com/walbus/walbus/projection/filter"
+)
+
+// peekLock attaches a peek-lock receiver to queue q of e with n credits.
+func peekLock(t *testing.T, e *Entity, q uint32, n uint64) (*Receiver, <-chan Delivery) {
+	t.Helper()
+	ch := make(chan Delivery, 100)
+	r, err := e.Attach(ReceiverOptions{Name: "pl", Queue: q, Deliver: func(d Delivery) { ch <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetLimit(n)
+	return r, ch
+}
+
+func colored(id, color string) projection.Message {
+	return projection.Message{Body: []byte(id), MessageID: id,
+		Filter: &filter.Message{Properties: []filter.Property{{Name: "color", Value: filter.StringValue(color)}}}}
+}
+
+// TestTopicSurvivesRestart: subscriptions, rules and what each holds (a
+// rule action's copy with its changes) come back after a restart, from
+// the log and then from a snapshot; a deleted subscription stays deleted
+// and its receivers are told.
+func TestTopicSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	b := openBroker(t, Options{Dir: dir})
+	news, err := b.CreateTopic("news", DefaultTopicConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateQueue("news", DefaultConfig()); !errors.Is(err, ErrEntityExists) {
+		t.Fatalf("a queue named as the topic: %v", err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(news.CreateSubscription("all", DefaultSubscriptionConfig(), nil))
+	must(news.CreateSubscription("gone", DefaultSubscriptionConfig(), nil))
+	must(news.CreateSubscription("tagged", DefaultSubscriptionConfig(), []RuleSpec{{Name: "red",
+		Filter: FilterSpec{Kind: FilterSQL, SQL: "color = 'red'"}, Action: "SET sys.Label = 'hot'; REMOVE color"}}))
+	if err := news.AddRule(0, RuleSpec{Name: "x", Filter: FilterSpec{Kind: FilterTrue}}); !errors.Is(err, ErrEntityNotFound) {
+		t.Fatalf("a rule on the topic's own queue: %v", err)
+	}
+	sendSync(t, news, colored("a", "red"), colored("b", "blue"))
+
+	gone, _ := news.SubscriptionQueue("gone")
+	lost := make(chan error, 1)
+	_, err = news.Attach(ReceiverOptions{Name: "g", Queue: gone, Deliver: func(Delivery) {}, Lost: func(err error) { lost <- err }})
+	must(err)
+	must(news.DeleteSubscription("gone"))
+	if err := <-lost; !errors.Is(err, ErrEntityNotFound) {
+		t.Fatalf("the receiver of a deleted subscription was told %v", err)
+	}
+
+	check := func(b *Broker) {
+		t.Helper()
+		news, err := b.Entity("news")
+		must(err)
+		if !news.IsTopic() {
+			t.Fatal("not a topic after the restart")
+		}
+		if _, err := news.SubscriptionQueue("GONE"); !errors.Is(err, ErrEntityNotFound) {
+			t.Fatalf("the deleted subscription: %v", err)
+		}
+		all, err := news.SubscriptionQueue("ALL")
+		must(err)
+		if ids := peekIDs(t, news, all); len(ids) != 2 {
+			t.Fatalf("all holds %v", ids)
+		}
+		tagged, err := news.SubscriptionQueue("tagged")
+		must(err)
+		_, ch := peekLock(t, news, tagged, 1)
+		d := nextDelivery(t, ch)
+		if string(d.Message) != "a" || len(d.Overlays) != 1 || d.Overlays[0].Type != Copied || d.Overlays[0].Rule != "red" {
+			t.Fatalf("the copy: %q %+v", d.Message, d.Overlays)
+		}
+		if ch := d.Overlays[0].Changes; len(ch) != 2 || ch[0].Sys != SysLabel || ch[0].Value.Text() != "hot" ||
+			!ch[1].Remove || ch[1].Name != "color" {
+			t.Fatalf("the copy's changes: %+v", ch)
+		}
+		settleSync(t, news, d, Settlement{Outcome: Release})
+		rules, err := news.Rules(tagged)
+		if err != nil || len(rules) != 1 || rules[0].Action == "" || rules[0].Created == 0 {
+			t.Fatalf("rules %+v, %v", rules, err)
+		}
+	}
+	must(b.Close()) // a final snapshot
+	b = openBroker(t, Options{Dir: dir})
+	check(b)
+	b.shutdown(false) // no snapshot: the next open replays from the last one
+	b = openBroker(t, Options{Dir: dir, SnapshotEvery: 1})
+	check(b)
+	must(b.Close())
+}
