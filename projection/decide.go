@@ -84,7 +84,8 @@ type Message struct {
 	ScheduledAt int64         // unix ns; 0 or past: enqueue now
 	// Filter is what a topic's rules see of the message (its system and
 	// application properties), or nil: then they see only its MessageId
-	// and SessionId.
+	// and SessionId. Each message has its own: Decide fills in the
+	// properties the broker assigns (EnqueuedTimeUtc, Size, ...).
 	Filter *filter.Message
 }
 

@@ -27,6 +27,71 @@ type topicState struct {
 	subs    []*Subscription // live subscriptions by queue number
 	next    uint32          // the next subscription's group
 	lastPub Ref             // the last Published record: Copied events follow it
+	index   *ruleIndex      // nil after a change to subscriptions or rules
+}
+
+// ruleIndex finds the rules a message can match without trying every
+// one: correlation filters that require a Label are listed by it (the
+// usual topology: one such filter per subscription), the others are tried
+// for every message. Both lists are in evaluation order: subscriptions by
+// queue number, each one's rules by name.
+type ruleIndex struct {
+	byLabel map[string][]ruleAt
+	always  []ruleAt
+}
+
+// ruleAt is rule r of subscription s, by their places in the topic's lists.
+type ruleAt struct{ s, r int }
+
+func (a ruleAt) before(b ruleAt) bool { return a.s < b.s || a.s == b.s && a.r < b.r }
+
+// rules returns the index, building it after a change.
+func (t *topicState) rules() *ruleIndex {
+	if t.index != nil {
+		return t.index
+	}
+	ix := &ruleIndex{byLabel: map[string][]ruleAt{}}
+	for si, s := range t.subs {
+		for ri, r := range s.rules {
+			at := ruleAt{si, ri}
+			if cf, ok := r.filter.(*filter.CorrelationFilter); ok {
+				if label, ok := cf.Label(); ok {
+					ix.byLabel[label] = append(ix.byLabel[label], at)
+					continue
+				}
+			}
+			ix.always = append(ix.always, at)
+		}
+	}
+	t.index = ix
+	return ix
+}
+
+// candidates are the rules a message with the given label (nil: none) may
+// match, in evaluation order.
+func (ix *ruleIndex) candidates(label *string, buf []ruleAt) []ruleAt {
+	var byLabel []ruleAt
+	if label != nil {
+		byLabel = ix.byLabel[*label]
+	}
+	if len(byLabel) == 0 {
+		return ix.always
+	}
+	if len(ix.always) == 0 {
+		return byLabel
+	}
+	out := buf[:0]
+	i, j := 0, 0
+	for i < len(byLabel) || j < len(ix.always) {
+		if j == len(ix.always) || i < len(byLabel) && byLabel[i].before(ix.always[j]) {
+			out = append(out, byLabel[i])
+			i++
+		} else {
+			out = append(out, ix.always[j])
+			j++
+		}
+	}
+	return out
 }
 
 // Subscription is one subscription of a topic.
@@ -300,9 +365,11 @@ type copyOut struct {
 // seq is the scheduled message being activated (0 for a send); until is
 // its expiry by the topic's default.
 func (d *decision) publish(m Message, seq uint64, until int64, hops uint32, nonce uint64) {
-	fm := filter.Message{}
-	if m.Filter != nil {
-		fm = *m.Filter
+	// The broker hands each message its own Filter: its broker-assigned
+	// properties are filled in here, in place.
+	fm := m.Filter
+	if fm == nil {
+		fm = &filter.Message{}
 	}
 	if fm.MessageID.IsNull() && m.MessageID != "" {
 		fm.MessageID = filter.StringValue(m.MessageID)
@@ -326,31 +393,69 @@ func (d *decision) publish(m Message, seq uint64, until int64, hops uint32, nonc
 		u[8] = u[8]&0x3f | 0x80
 		return u
 	}
-	var routes []uint32
-	var copies []copyOut
-	for _, s := range d.e.topic.subs {
-		plain := false
-		var mine []copyOut
-		var failed error
-		for _, r := range s.rules {
-			ok, err := r.filter.Match(&fm)
-			if err != nil {
-				failed = err
-				break
+	var label *string
+	if fm.Label.Kind() == filter.KindString {
+		l := fm.Label.Text()
+		label = &l
+	}
+	var buf [16]ruleAt
+	cands := d.e.topic.rules().candidates(label, buf[:0])
+	r := router{fm: fm, session: m.SessionID}
+	for len(cands) > 0 {
+		// The candidate rules of one subscription, then the next's.
+		n := 1
+		for n < len(cands) && cands[n].s == cands[0].s {
+			n++
+		}
+		r.subscription(d.e.topic.subs[cands[0].s], cands[:n])
+		cands = cands[n:]
+	}
+	d.emit(event.Event{Type: event.Published, Seq: seq, Until: until, MessageID: m.MessageID, SessionID: m.SessionID,
+		Props: event.AppendRoutes(nil, r.routes), Message: m.Body, Hops: hops})
+	for i, c := range r.copies {
+		d.emit(event.Event{Type: event.Copied, Queue: c.queue, Seq: uint64(i + 1), Until: until, SessionID: c.session,
+			Name: c.rule, Reason: c.reason, Description: c.why, Props: c.overlay})
+	}
+}
+
+// router gathers the routing outcome of one message.
+type router struct {
+	fm      *filter.Message
+	session string
+	routes  []uint32
+	copies  []copyOut
+}
+
+// subscription evaluates the candidate rules of subscription s (the
+// others cannot match): any matching rule without an action routes the
+// message as sent, each matching rule with an action makes a copy, a rule
+// that fails to evaluate sends the message to the dead-letter queue (or
+// nowhere) instead.
+func (r *router) subscription(s *Subscription, cands []ruleAt) {
+	plain := false
+	first := len(r.copies)
+	dlq := event.SubqueueOf(s.no, event.KindDeadLetter)
+	for _, at := range cands {
+		rule := s.rules[at.r]
+		ok, err := rule.filter.Match(r.fm)
+		var ov filter.Overlay
+		if err == nil && ok && rule.action != nil {
+			ov, err = rule.action.Apply(r.fm)
+		}
+		if err != nil {
+			r.copies = r.copies[:first]
+			if s.cfg.DeadLetterOnFilterError {
+				r.copies = append(r.copies, copyOut{queue: dlq, session: r.session, reason: ReasonFilterEvaluation,
+					why: descriptionFilterEvaluated + err.Error()})
 			}
-			if !ok {
-				continue
-			}
-			if r.action == nil {
-				plain = true
-				continue
-			}
-			ov, err := r.action.Apply(&fm)
-			if err != nil {
-				failed = err
-				break
-			}
-			session := m.SessionID
+			return
+		}
+		switch {
+		case !ok:
+		case rule.action == nil:
+			plain = true
+		default:
+			session := r.session
 			for _, c := range ov {
 				if c.Sys == filter.SysSessionID {
 					session = ""
@@ -359,36 +464,21 @@ func (d *decision) publish(m Message, seq uint64, until int64, hops uint32, nonc
 					}
 				}
 			}
-			mine = append(mine, copyOut{queue: s.no, session: session, rule: r.spec.Name, overlay: EncodeOverlay(ov)})
-		}
-		dlq := event.SubqueueOf(s.no, event.KindDeadLetter)
-		if failed != nil {
-			if s.cfg.DeadLetterOnFilterError {
-				copies = append(copies, copyOut{queue: dlq, session: m.SessionID, reason: ReasonFilterEvaluation,
-					why: descriptionFilterEvaluated + failed.Error()})
-			}
-			continue
-		}
-		if plain {
-			if s.cfg.RequiresSession && m.SessionID == "" {
-				copies = append(copies, copyOut{queue: dlq, reason: ReasonSessionIDNull, why: descriptionSessionIDNull})
-			} else {
-				routes = append(routes, s.no)
-			}
-		}
-		for _, c := range mine {
-			if s.cfg.RequiresSession && c.session == "" {
+			c := copyOut{queue: s.no, session: session, rule: rule.spec.Name, overlay: EncodeOverlay(ov)}
+			if s.cfg.RequiresSession && session == "" {
 				c.queue, c.reason, c.why = dlq, ReasonSessionIDNull, descriptionSessionIDNull
 			}
-			copies = append(copies, c)
+			r.copies = append(r.copies, c)
 		}
 	}
-	d.emit(event.Event{Type: event.Published, Seq: seq, Until: until, MessageID: m.MessageID, SessionID: m.SessionID,
-		Props: event.AppendRoutes(nil, routes), Message: m.Body, Hops: hops})
-	for i, c := range copies {
-		d.emit(event.Event{Type: event.Copied, Queue: c.queue, Seq: uint64(i + 1), Until: until, SessionID: c.session,
-			Name: c.rule, Reason: c.reason, Description: c.why, Props: c.overlay})
+	if !plain {
+		return
 	}
+	if s.cfg.RequiresSession && r.session == "" {
+		r.copies = append(r.copies, copyOut{queue: dlq, reason: ReasonSessionIDNull, why: descriptionSessionIDNull})
+		return
+	}
+	r.routes = append(r.routes, s.no)
 }
 
 // subExpiry is when a message published at t with topic expiry until
@@ -416,6 +506,9 @@ func (e *Entity) applyTopic(ev *event.Event) error {
 		return e.applyPublished(ev)
 	case event.Copied:
 		return e.applyCopied(ev)
+	}
+	e.topic.index = nil // the rules change
+	switch ev.Type {
 	case event.SubscriptionCreated:
 		cfg, err := DecodeConfig(ev.Props)
 		if err != nil {

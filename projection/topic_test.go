@@ -3,6 +3,7 @@ package projection
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/walbus/walbus/log/event"
@@ -202,4 +203,101 @@ func equalU32(a, b []uint32) bool {
 		}
 	}
 	return true
+}
+
+// allRules is an index that tries every rule: what the label index must
+// agree with.
+func allRules(t *topicState) *ruleIndex {
+	ix := &ruleIndex{byLabel: map[string][]ruleAt{}}
+	for si, s := range t.subs {
+		for ri := range s.rules {
+			ix.always = append(ix.always, ruleAt{si, ri})
+		}
+	}
+	return ix
+}
+
+// The label index gives the outcome trying every rule gives, for topologies
+// that mix indexed correlation filters with rules that cannot be indexed.
+func TestRuleIndexAgreesWithTryingEveryRule(t *testing.T) {
+	l := newTopicLog(t)
+	labels := []string{"a", "b", "c", "d"}
+	for i := range 40 {
+		lb := labels[i%len(labels)]
+		var rules []RuleSpec
+		switch i % 5 {
+		case 0, 1:
+			rules = []RuleSpec{{Name: "c", Filter: FilterSpec{Kind: FilterCorrelation, Correlation: &CorrelationSpec{Subject: str(lb)}}}}
+		case 2:
+			rules = []RuleSpec{{Name: "c", Filter: FilterSpec{Kind: FilterCorrelation,
+				Correlation: &CorrelationSpec{Subject: str(lb), Properties: []filter.Property{{Name: "n", Value: filter.IntValue(int64(i % 3))}}}},
+				Action: "SET hit = 1"}, sqlRule("s", "n > 1", "")}
+		case 3:
+			rules = []RuleSpec{sqlRule("s", "sys.Label = '"+lb+"' OR n = 0", "")}
+		case 4:
+			rules = []RuleSpec{{Name: "c", Filter: FilterSpec{Kind: FilterCorrelation, Correlation: &CorrelationSpec{To: str(lb)}}}}
+		}
+		l.must(CreateSubscription{Name: fmt.Sprint("s", i), Config: DefaultSubscriptionConfig(), Rules: rules})
+	}
+	for i := range 30 {
+		fm := &filter.Message{Properties: []filter.Property{{Name: "n", Value: filter.IntValue(int64(i % 4))}}}
+		if i%7 != 0 {
+			fm.Label = filter.StringValue(labels[i%len(labels)])
+		}
+		if i%3 == 0 {
+			fm.To = filter.StringValue(labels[(i+1)%len(labels)])
+		}
+		cmd := Send{Messages: []Message{{Body: []byte("x"), MessageID: "m", Filter: fm}}}
+		indexed, err := l.e.Decide(cmd, l.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.e.topic.index = allRules(&l.e.topic)
+		every, err := l.e.Decide(cmd, l.now)
+		l.e.topic.index = nil
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(indexed) < 1 || len(indexed) != len(every) || !bytes.Equal(indexed[0].Props, every[0].Props) {
+			t.Fatalf("message %d: indexed %v, every rule %v", i, indexed, every)
+		}
+		for j := range indexed {
+			if indexed[j].Queue != every[j].Queue || !bytes.Equal(indexed[j].Props, every[j].Props) {
+				t.Fatalf("message %d event %d: indexed %+v, every rule %+v", i, j, indexed[j], every[j])
+			}
+		}
+	}
+}
+
+// BenchmarkPublish is the routing cost of one message: N subscriptions
+// with the $Default rule, or 1,000 with one Label correlation filter each
+// (the index makes that close to a single subscription's).
+func BenchmarkPublish(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		subs  int
+		label bool
+	}{{"true/1", 1, false}, {"true/10", 10, false}, {"true/100", 100, false}, {"label/1", 1, true}, {"label/1000", 1000, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			l := newTopicLog(&testing.T{})
+			for i := range c.subs {
+				var rules []RuleSpec
+				if c.label {
+					lb := fmt.Sprint("label-", i)
+					rules = []RuleSpec{{Name: "c", Filter: FilterSpec{Kind: FilterCorrelation, Correlation: &CorrelationSpec{Subject: &lb}}}}
+				}
+				if _, err := l.do(CreateSubscription{Name: fmt.Sprint("s", i), Config: DefaultSubscriptionConfig(), Rules: rules}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			fm := &filter.Message{Label: filter.StringValue("label-0")}
+			cmd := Send{Messages: []Message{{Body: make([]byte, 1024), MessageID: "m", Filter: fm}}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := l.e.Decide(cmd, l.now); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
