@@ -139,6 +139,22 @@ var (
 		"Settlements and lock renewals refused because the lock was gone.", []string{"entity"}, nil)
 	descLockExpired = prometheus.NewDesc("walbus_locks_expired_total",
 		"Message locks that ran out.", []string{"entity"}, nil)
+	subLabels       = []string{"entity", "subscription"}
+	descSubMessages = prometheus.NewDesc("walbus_subscription_messages",
+		"Messages in a topic's subscription or its dead-letter subqueues, by state.",
+		[]string{"entity", "subscription", "subqueue", "state"}, nil)
+	descSubEnqueued = prometheus.NewDesc("walbus_subscription_enqueued_total",
+		"Messages a subscription's rules gave it (each rule action's copy counts).", subLabels, nil)
+	descSubDelivered = prometheus.NewDesc("walbus_subscription_delivered_total",
+		"Messages of a subscription handed to receivers.", subLabels, nil)
+	descSubCompleted = prometheus.NewDesc("walbus_subscription_completed_total",
+		"Messages of a subscription completed.", subLabels, nil)
+	descSubAbandoned = prometheus.NewDesc("walbus_subscription_abandoned_total",
+		"Messages of a subscription abandoned.", subLabels, nil)
+	descSubDeadLettered = prometheus.NewDesc("walbus_subscription_dead_lettered_total",
+		"Messages moved to a subscription's dead-letter queue (its filters' failures included).", subLabels, nil)
+	descSubExpired = prometheus.NewDesc("walbus_subscription_expired_total",
+		"Messages of a subscription dropped when their time to live ran out.", subLabels, nil)
 	descConns    = prometheus.NewDesc("walbus_connections_open", "Open AMQP connections.", nil, nil)
 	descSessions = prometheus.NewDesc("walbus_sessions_open", "Open AMQP sessions.", nil, nil)
 	descLinks    = prometheus.NewDesc("walbus_links_open", "Attached AMQP links.", nil, nil)
@@ -149,7 +165,8 @@ type entityCollector struct{ m *Metrics }
 
 func (c entityCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMessages, descLogBytes, descSent, descDelivered, descCompleted,
-		descAbandoned, descDeadLettered, descExpired, descDeleted, descLockLost, descLockExpired, descConns, descSessions, descLinks} {
+		descAbandoned, descDeadLettered, descExpired, descDeleted, descLockLost, descLockExpired, descConns, descSessions, descLinks,
+		descSubMessages, descSubEnqueued, descSubDelivered, descSubCompleted, descSubAbandoned, descSubDeadLettered, descSubExpired} {
 		ch <- d
 	}
 }
@@ -177,8 +194,48 @@ func (c entityCollector) Collect(ch chan<- prometheus.Metric) {
 	wg.Wait()
 }
 
+// subqueues are the queues of a group (a queue's, or a subscription's) as
+// the subqueue label names them.
+var subqueues = []struct {
+	offset uint32
+	label  string
+}{{0, "active"}, {1, "deadletter"}, {2, "transferdeadletter"}}
+
+// states are a queue's message counts as the state label names them.
+func states(c broker.Counts) map[string]uint64 {
+	return map[string]uint64{"available": c.Available, "locked": c.Locked, "deferred": c.Deferred, "scheduled": c.Scheduled}
+}
+
+// collectSubscriptions reports each subscription of topic e.
+func collectSubscriptions(ch chan<- prometheus.Metric, e *broker.Entity) {
+	subs, err := e.Subscriptions()
+	if err != nil {
+		return
+	}
+	name := e.Name()
+	for _, sub := range subs {
+		for _, sq := range subqueues {
+			c, err := e.Counts(sub.Queue + sq.offset)
+			if err != nil {
+				return
+			}
+			for state, n := range states(c) {
+				ch <- prometheus.MustNewConstMetric(descSubMessages, prometheus.GaugeValue, float64(n), name, sub.Name, sq.label, state)
+			}
+		}
+		s := e.SubscriptionStats(sub.Queue)
+		for d, v := range map[*prometheus.Desc]uint64{descSubEnqueued: s.Enqueued, descSubDelivered: s.Delivered,
+			descSubCompleted: s.Completed, descSubAbandoned: s.Abandoned, descSubDeadLettered: s.DeadLettered, descSubExpired: s.Expired} {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), name, sub.Name)
+		}
+	}
+}
+
 func collectEntity(ch chan<- prometheus.Metric, e *broker.Entity) {
 	name := e.Name()
+	if e.IsTopic() {
+		collectSubscriptions(ch, e)
+	}
 	for _, sub := range []struct {
 		queue uint32
 		label string

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,11 +15,86 @@ type stats struct {
 	sent, delivered, completed, abandoned, released, deferred, expired, lockExpired atomic.Uint64
 	deadLetteredMaxDelivery, deadLetteredExpired, deadLetteredOther                 atomic.Uint64
 	lockLost, deleted                                                               atomic.Uint64
+
+	// subs counts per subscription of a topic, by its first queue number.
+	subsMu sync.Mutex
+	subs   map[uint32]*subCounters
+}
+
+// subCounters are one subscription's counters (its dead-letter queues'
+// events count in its own).
+type subCounters struct {
+	enqueued, delivered, completed, abandoned, deadLettered, expired atomic.Uint64
+}
+
+// SubscriptionStats are a subscription's counters since its topic was
+// opened.
+type SubscriptionStats struct {
+	Enqueued     uint64 // messages its rules gave it (copies included)
+	Delivered    uint64
+	Completed    uint64
+	Abandoned    uint64
+	DeadLettered uint64
+	Expired      uint64
+}
+
+// sub returns the counters of the subscription that owns queue no.
+func (s *stats) sub(no uint32) *subCounters {
+	no -= no % event.QueueGroup
+	s.subsMu.Lock()
+	defer s.subsMu.Unlock()
+	c := s.subs[no]
+	if c == nil {
+		if s.subs == nil {
+			s.subs = map[uint32]*subCounters{}
+		}
+		c = &subCounters{}
+		s.subs[no] = c
+	}
+	return c
+}
+
+// countSubscription counts ev in its subscription's counters.
+func (s *stats) countSubscription(ev *event.Event) {
+	switch ev.Type {
+	case event.Published:
+		routes, _ := event.DecodeRoutes(ev.Props)
+		for _, no := range routes {
+			s.sub(no).enqueued.Add(1)
+		}
+	case event.Copied:
+		s.sub(ev.Queue).enqueued.Add(1)
+		if ev.Reason != "" {
+			s.sub(ev.Queue).deadLettered.Add(1)
+		}
+	case event.Locked, event.ReceivedAndDeleted:
+		s.sub(ev.Queue).delivered.Add(1)
+	case event.Completed:
+		s.sub(ev.Queue).completed.Add(1)
+	case event.Abandoned:
+		s.sub(ev.Queue).abandoned.Add(1)
+	case event.DeadLettered:
+		s.sub(ev.Queue).deadLettered.Add(1)
+	case event.Expired:
+		s.sub(ev.Queue).expired.Add(1)
+	case event.SubscriptionDeleted:
+		s.subsMu.Lock()
+		delete(s.subs, ev.Queue)
+		s.subsMu.Unlock()
+	}
+}
+
+// SubscriptionStats returns the counters of the subscription whose queue
+// is queue.
+func (e *Entity) SubscriptionStats(queue uint32) SubscriptionStats {
+	c := e.stats.sub(queue)
+	return SubscriptionStats{Enqueued: c.enqueued.Load(), Delivered: c.delivered.Load(), Completed: c.completed.Load(),
+		Abandoned: c.abandoned.Load(), DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load()}
 }
 
 // Stats are an entity's counters since it was opened.
 type Stats struct {
-	Sent        uint64 // messages stored (enqueued or scheduled, or forwarded here)
+	Sent        uint64 // messages stored (enqueued or scheduled, or forwarded here; published to a topic)
 	Delivered   uint64 // messages handed out (locked or received and deleted)
 	Completed   uint64
 	Abandoned   uint64
@@ -35,9 +111,16 @@ type Stats struct {
 }
 
 func (s *stats) count(ev *event.Event) {
+	if ev.Queue >= event.QueueGroup || ev.Type == event.Published || ev.Type == event.Copied {
+		s.countSubscription(ev)
+	}
 	switch ev.Type {
-	case event.Enqueued, event.Scheduled, event.Forwarded:
+	case event.Enqueued, event.Forwarded:
 		s.sent.Add(1)
+	case event.Scheduled, event.Published:
+		if ev.Seq == 0 { // not the activation of a scheduled message, already counted
+			s.sent.Add(1)
+		}
 	case event.Locked, event.ReceivedAndDeleted:
 		s.delivered.Add(1)
 	case event.Completed:

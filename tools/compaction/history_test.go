@@ -51,7 +51,11 @@ func newHistory(t testing.TB, cfg projection.Config, segmentSize int, seed uint6
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.CreateQueue("q", cfg); err != nil {
+	create := b.CreateQueue
+	if cfg.Topic {
+		create = b.CreateTopic
+	}
+	if _, err := create("q", cfg); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Close(); err != nil {
