@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/walbus/walbus/projection/filter"
 )
@@ -66,6 +67,9 @@ const MaxNameLength = 50
 // none of @ ? # * / (Service Bus's rule for subscriptions, applied to rules
 // too), no control characters.
 func ValidateSubName(what, name string) error {
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("%w: %s name %q is not valid UTF-8", ErrInvalid, what, name)
+	}
 	if name == "" || len(name) > MaxNameLength {
 		return fmt.Errorf("%w: %s name %q: length must be 1 to %d", ErrInvalid, what, name, MaxNameLength)
 	}
@@ -96,6 +100,11 @@ func (r RuleSpec) Compile() error {
 
 func compileRule(r RuleSpec) (*rule, error) {
 	if err := ValidateSubName("rule", r.Name); err != nil && r.Name != DefaultRuleName {
+		return nil, err
+	}
+	// The rule is stored as JSON, which cannot carry other bytes: what is
+	// checked here must be what replay reads back.
+	if err := r.validUTF8(); err != nil {
 		return nil, err
 	}
 	out := &rule{spec: r}
@@ -140,6 +149,31 @@ func compileRule(r RuleSpec) (*rule, error) {
 		out.action = a
 	}
 	return out, nil
+}
+
+// validUTF8 refuses a rule whose text is not UTF-8.
+func (r RuleSpec) validUTF8() error {
+	texts := []string{r.Filter.SQL, r.Action}
+	if c := r.Filter.Correlation; c != nil {
+		for _, p := range []*string{c.CorrelationID, c.MessageID, c.To, c.ReplyTo, c.Subject, c.SessionID,
+			c.ReplyToSessionID, c.ContentType} {
+			if p != nil {
+				texts = append(texts, *p)
+			}
+		}
+		for _, p := range c.Properties {
+			texts = append(texts, p.Name)
+			if p.Value.Kind() == filter.KindString {
+				texts = append(texts, p.Value.Text())
+			}
+		}
+	}
+	for _, t := range texts {
+		if !utf8.ValidString(t) {
+			return fmt.Errorf("%w: rule %s: %q is not valid UTF-8", ErrInvalid, r.Name, t)
+		}
+	}
+	return nil
 }
 
 func (r RuleSpec) encode() []byte {

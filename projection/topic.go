@@ -311,7 +311,7 @@ func (d *decision) addRule(c AddRule) error {
 		return err
 	}
 	if _, ok := s.rule(c.Rule.Name); ok {
-		return fmt.Errorf("%w: the messaging entity '%s' already exists.", ErrExists, c.Rule.Name)
+		return fmt.Errorf("%w: rule %s", ErrExists, c.Rule.Name)
 	}
 	if len(s.rules) >= MaxRules {
 		return fmt.Errorf("%w: a subscription has at most %d rules", ErrQuotaExceeded, MaxRules)

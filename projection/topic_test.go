@@ -301,3 +301,26 @@ func BenchmarkPublish(b *testing.B) {
 		})
 	}
 }
+
+// A rule or name that is not UTF-8 is refused: its stored form (JSON)
+// could not give it back, and replay would meet another rule.
+func TestRuleTextMustBeUTF8(t *testing.T) {
+	l := newTopicLog(t)
+	l.must(CreateSubscription{Name: "s", Config: DefaultSubscriptionConfig()})
+	q := l.e.Subscription("s").Queue()
+	for _, r := range []RuleSpec{
+		sqlRule("r\x80x", "1=1", ""),
+		sqlRule("r", "a = 'x\xff'", ""),
+		sqlRule("r", "1=1", "SET a = '\xfe'"),
+		{Name: "r", Filter: FilterSpec{Kind: FilterCorrelation, Correlation: &CorrelationSpec{To: str("\xc0")}}},
+		{Name: "r", Filter: FilterSpec{Kind: FilterCorrelation, Correlation: &CorrelationSpec{
+			Properties: []filter.Property{{Name: "k", Value: filter.StringValue("\x80")}}}}},
+	} {
+		if _, err := l.do(AddRule{Queue: q, Rule: r}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("rule %+v: %v", r, err)
+		}
+	}
+	if _, err := l.do(CreateSubscription{Name: "s\x80", Config: DefaultSubscriptionConfig()}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a subscription name that is not UTF-8: %v", err)
+	}
+}
