@@ -29,6 +29,7 @@ func startRawWith(t *testing.T, cfg Config, opts broker.Options) (*broker.Broker
 	t.Helper()
 	opts.Dir = t.TempDir()
 	opts.NewBracket = NewBracket // as serve does
+	opts.FilterMessage = FilterMessage
 	b, _, err := broker.Open(opts)
 	if err != nil {
 		t.Fatal(err)

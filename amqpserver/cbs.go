@@ -124,10 +124,36 @@ func entityOf(path string) string {
 	if i := strings.Index(path, "/$"); i >= 0 {
 		path = path[:i]
 	}
-	if i := strings.Index(strings.ToLower(path), "/subscriptions/"); i >= 0 {
-		path = path[:i]
+	topic, _, _ := splitSubscription(path)
+	return topic
+}
+
+// audienceExists reports whether the entity an audience path names exists;
+// below a topic, whatever the path names: a subscription (which must exist)
+// or its dead-letter queues, not a dead-letter queue of the topic. The Go
+// SDK reports a missing entity as not found only when put-token says so
+// (docs/compatibility.md §3).
+func audienceExists(b *broker.Broker, path string) bool {
+	name := entityOf(path)
+	if name == "" {
+		return true // the namespace
 	}
-	return path
+	e, err := b.Entity(name)
+	if errors.Is(err, broker.ErrEntityNotFound) {
+		return false
+	}
+	if err != nil {
+		return true // not a missing entity: the link attach reports it
+	}
+	if !e.IsTopic() {
+		_, _, subscription := splitSubscription(path)
+		return !subscription
+	}
+	if n := len(path) - len("/$management"); n >= 0 && strings.EqualFold(path[n:], "/$management") {
+		path = path[:n]
+	}
+	_, _, err = resolveAddress(b, path)
+	return !errors.Is(err, broker.ErrEntityNotFound)
 }
 
 // putToken answers a CBS put-token request: verify the token, check that its
@@ -157,12 +183,10 @@ func putToken(req *rpcRequest, keys sas.Keys, b *broker.Broker, cs *claims, now 
 		return rpcResponse{status: 401, condition: condUnauthorized,
 			description: fmt.Sprintf("InvalidAudience: the token's audience does not cover %s", audience)}
 	}
-	if name := entityOf(path); name != "" {
-		if _, err := b.Entity(name); errors.Is(err, broker.ErrEntityNotFound) {
-			// The text is what the SDKs match for "not found".
-			return rpcResponse{status: 404, condition: condNotFound,
-				description: fmt.Sprintf("The messaging entity '%s' could not be found.", audience)}
-		}
+	if !audienceExists(b, path) {
+		// The text is what the SDKs match for "not found".
+		return rpcResponse{status: 404, condition: condNotFound,
+			description: fmt.Sprintf("The messaging entity '%s' could not be found.", audience)}
 	}
 	if err := cs.put(claim{path: strings.ToLower(path), rights: key.Rights, expiry: tok.Expiry}, now); err != nil {
 		return rpcResponse{status: 403, condition: condResourceLimit, description: err.Error()}

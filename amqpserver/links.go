@@ -39,11 +39,18 @@ func (cs *connState) authorize(l *transport.Link, address string, right sas.Righ
 	return nil
 }
 
-// attachSender accepts a link on which the client sends to an entity.
+// attachSender accepts a link on which the client sends to a queue or a
+// topic.
 func (cs *connState) attachSender(l *transport.Link, address string) {
 	e, queue, err := cs.resolve(address)
 	if err != nil {
 		l.Refuse(linkError(err))
+		return
+	}
+	if queue != broker.MainQueue && e.IsTopic() {
+		// A subscription takes what its rules pick from the topic's sends
+		// (docs/compatibility.md §4).
+		l.Refuse(&frames.Error{Condition: condNotAllowed, Description: "Cannot send to a subscription; send to its topic"})
 		return
 	}
 	if ferr := cs.authorize(l, address, sas.Send); ferr != nil {
@@ -108,13 +115,21 @@ const (
 	timeoutProp        = "com.microsoft:timeout"
 )
 
-// attachReceiver accepts a link on which the client receives from a queue
-// or one of its dead-letter subqueues; with a session filter it is a session
-// receiver, answered once a session is locked for it.
+// attachReceiver accepts a link on which the client receives from a queue,
+// a subscription or one of their dead-letter subqueues; with a session
+// filter it is a session receiver, answered once a session is locked for
+// it.
 func (cs *connState) attachReceiver(l *transport.Link, address string) {
 	e, queue, err := cs.resolve(address)
 	if err != nil {
 		l.Refuse(linkError(err))
+		return
+	}
+	if queue == broker.MainQueue && e.IsTopic() {
+		// A topic holds nothing to receive: amqp:not-allowed, which the
+		// SDKs take as final rather than retry (docs/compatibility.md §4).
+		l.Refuse(&frames.Error{Condition: condNotAllowed,
+			Description: fmt.Sprintf("Cannot receive from a topic; use %s/Subscriptions/<name>", e.Name())})
 		return
 	}
 	if ferr := cs.authorize(l, address, sas.Listen); ferr != nil {

@@ -162,6 +162,8 @@ func (t *mgmtTarget) handle(req *rpcRequest, reply func(rpcResponse)) {
 			arr.Elements = append(arr.Elements, id)
 		}
 		reply(ok(200, encoding.Map{{Key: "skip", Value: int32(skip) + int32(len(ids))}, {Key: "sessions-ids", Value: arr}}))
+	case "com.microsoft:add-rule", "com.microsoft:remove-rule", "com.microsoft:enumerate-rules":
+		t.ruleOp(op, body, reply) // rules.go
 	default:
 		reply(rpcResponse{status: 501, description: fmt.Sprintf("operation %q is not supported", op), condition: condNotImplemented})
 	}

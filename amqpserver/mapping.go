@@ -26,10 +26,12 @@ const (
 	annDeadLetterSource = "x-opt-deadletter-source"
 )
 
-// Application properties the broker sets on dead-lettered messages.
+// Application properties the broker sets on dead-lettered messages, and on
+// a topic's copy made by a rule action (the rule's name).
 const (
 	propDeadLetterReason      = "DeadLetterReason"
 	propDeadLetterDescription = "DeadLetterErrorDescription"
+	propRuleName              = "RuleName"
 )
 
 // x-opt-message-state values.
@@ -149,7 +151,8 @@ func withoutBody(b []byte) ([]byte, error) {
 // header (the delivery count of earlier failed attempts and the effective
 // time to live), the lock token, the broker's annotations, and the
 // application properties that abandons, deferrals and dead-lettering
-// recorded. The bare message is otherwise copied byte for byte.
+// recorded; on a topic's copy made by a rule action, also the action's
+// changes. The bare message is otherwise copied byte for byte.
 func outbound(dst []byte, d *broker.Delivery) ([]byte, error) {
 	raw := d.Message
 	s, err := message.Parse(raw)
@@ -157,9 +160,17 @@ func outbound(dst []byte, d *broker.Delivery) ([]byte, error) {
 		return dst, fmt.Errorf("stored message %d: %w", d.Seq, err)
 	}
 	if len(d.Overlays) > 0 {
-		set, err := overlayProperties(d.Overlays)
+		set, sys, err := overlayProperties(d.Overlays)
 		if err != nil {
 			return dst, fmt.Errorf("message %d: %w", d.Seq, err)
+		}
+		if len(sys) > 0 {
+			if raw, err = withSystemChanges(&s, sys); err != nil {
+				return dst, fmt.Errorf("message %d: %w", d.Seq, err)
+			}
+			if s, err = message.Parse(raw); err != nil {
+				return dst, err
+			}
 		}
 		if raw, err = message.AppendWithApplicationProperties(nil, &s, set); err != nil {
 			return dst, fmt.Errorf("message %d: %w", d.Seq, err)
@@ -173,10 +184,12 @@ func outbound(dst []byte, d *broker.Delivery) ([]byte, error) {
 		ms := (d.ExpiresAt - d.EnqueuedAt) / int64(time.Millisecond)
 		del.TTL, del.HasTTL = uint32(min(ms, 1<<32-1)), true
 	}
-	del.Annotations = []message.Annotation{
-		{Key: annSequenceNumber, Value: message.LongValue(int64(d.Seq))},
-		{Key: annEnqueuedTime, Value: message.TimestampValue(timestamp(d.EnqueuedAt))},
-	}
+	// Room for every annotation below, on the stack: a delivery without
+	// overlays is written without allocating.
+	var annotations [5]message.Annotation
+	del.Annotations = append(annotations[:0],
+		message.Annotation{Key: annSequenceNumber, Value: message.LongValue(int64(d.Seq))},
+		message.Annotation{Key: annEnqueuedTime, Value: message.TimestampValue(timestamp(d.EnqueuedAt))})
 	if d.Token != (broker.LockToken{}) {
 		del.LockToken, del.HasLockToken = encoding.UUID(d.Token), true
 		del.Annotations = append(del.Annotations,
@@ -200,33 +213,53 @@ func outbound(dst []byte, d *broker.Delivery) ([]byte, error) {
 }
 
 // overlayProperties merges, oldest first, the property changes recorded for
-// a message into one list of application properties to set.
-func overlayProperties(overlays []broker.Overlay) ([]message.Property, error) {
+// a message into one list of application properties to set or remove, and
+// returns the system property changes of rule actions, in order.
+func overlayProperties(overlays []broker.Overlay) ([]message.Property, []broker.RuleChange, error) {
 	var set []message.Property
-	put := func(key string, value any) {
+	var sys []broker.RuleChange
+	change := func(p message.Property) {
 		for i := range set {
-			if set[i].Key == key {
-				set[i].Value = value
+			if set[i].Key == p.Key {
+				set[i] = p
 				return
 			}
 		}
-		set = append(set, message.Property{Key: key, Value: value})
+		set = append(set, p)
 	}
+	put := func(key string, value any) { change(message.Property{Key: key, Value: value}) }
 	for _, ov := range overlays {
-		if ov.Type == broker.DeadLettered || ov.Type == broker.Forwarded || ov.Type == broker.TransferDeadLettered {
+		switch {
+		case ov.Type == broker.DeadLettered || ov.Type == broker.Forwarded || ov.Type == broker.TransferDeadLettered,
+			ov.Type == broker.Copied && (ov.Reason != "" || ov.Description != ""):
 			put(propDeadLetterReason, ov.Reason)
 			put(propDeadLetterDescription, ov.Description)
+		}
+		if ov.Type == broker.Copied {
+			if ov.Rule != "" {
+				put(propRuleName, ov.Rule)
+			}
+			for _, c := range ov.Changes {
+				switch {
+				case c.Sys != 0:
+					sys = append(sys, c)
+				case c.Remove:
+					change(message.Property{Key: c.Name, Remove: true})
+				default:
+					put(c.Name, amqpValue(c.Value))
+				}
+			}
 		}
 		// One map per overlay; a forwarded message carries those of the
 		// overlays it had where it came from, one after another.
 		for r := encoding.NewReader(ov.Props); r.Len() > 0; {
 			v, err := r.ReadAny(encoding.DefaultLimits)
 			if err != nil {
-				return nil, fmt.Errorf("recorded properties: %w", err)
+				return nil, nil, fmt.Errorf("recorded properties: %w", err)
 			}
 			m, ok := v.(encoding.Map)
 			if !ok {
-				return nil, fmt.Errorf("recorded properties are a %T, not a map", v)
+				return nil, nil, fmt.Errorf("recorded properties are a %T, not a map", v)
 			}
 			for _, e := range m {
 				key, ok := e.Key.(string)
@@ -241,7 +274,76 @@ func overlayProperties(overlays []broker.Overlay) ([]message.Property, error) {
 			}
 		}
 	}
-	return set, nil
+	return set, sys, nil
+}
+
+// amqpValue is the AMQP value a rule action's SET writes: integers as long,
+// doubles and decimals as double (a filter computes decimals as doubles),
+// timestamps as timestamp, durations as a long count of 100 ns ticks, uuids
+// as uuid. An opaque value (a binary, list or map property copied by the
+// action) carries no bytes to write: it is written as null.
+func amqpValue(v broker.FilterValue) any {
+	switch v.Kind() {
+	case broker.KindBool:
+		return v.Bool()
+	case broker.KindInt:
+		return v.Int()
+	case broker.KindDouble, broker.KindDecimal:
+		return v.Float()
+	case broker.KindString:
+		return v.Text()
+	case broker.KindTimestamp:
+		return encoding.TimestampOf(v.Time())
+	case broker.KindDuration:
+		return v.Ticks()
+	case broker.KindUUID:
+		return encoding.UUID(v.UUID())
+	}
+	return nil
+}
+
+// withSystemChanges writes the message with a rule action's changes to its
+// system properties made in its properties section: each sets a field to
+// text, or clears it (REMOVE, or SET to null). A TimeToLive change is not
+// written: the header's ttl is the copy's expiry as the broker keeps it. A
+// ScheduledEnqueueTimeUtc set by an action is ignored, as Service Bus
+// ignores it on the subscription (its doc "Topic filters and actions").
+func withSystemChanges(s *message.Sections, changes []broker.RuleChange) ([]byte, error) {
+	p, err := s.ReadProperties()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range changes {
+		cleared := c.Remove || c.Value.IsNull()
+		if !cleared && c.Value.Kind() != broker.KindString {
+			continue // the filter language gives these fields only text
+		}
+		var text []byte // nil: absent
+		id := message.ID{}
+		if !cleared {
+			text = append(make([]byte, 0, len(c.Value.Text())), c.Value.Text()...)
+			id = message.ID{Kind: message.IDString, Bytes: text}
+		}
+		switch c.Sys {
+		case broker.SysMessageID:
+			p.MessageID = id
+		case broker.SysCorrelationID:
+			p.CorrelationID = id
+		case broker.SysTo:
+			p.To = text
+		case broker.SysReplyTo:
+			p.ReplyTo = text
+		case broker.SysLabel:
+			p.Subject = text
+		case broker.SysSessionID:
+			p.GroupID = text
+		case broker.SysReplyToSessionID:
+			p.ReplyToGroupID = text
+		case broker.SysContentType:
+			p.ContentType = text
+		}
+	}
+	return message.AppendWithProperties(nil, s, &p), nil
 }
 
 // timestamp converts unix nanoseconds to an AMQP timestamp (ms).

@@ -1,6 +1,7 @@
 package amqpserver
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"runtime"
@@ -12,10 +13,11 @@ import (
 
 	"github.com/walbus/walbus/amqpserver/encoding"
 	"github.com/walbus/walbus/amqpserver/frames"
+	"github.com/walbus/walbus/amqpserver/message"
 	"github.com/walbus/walbus/broker"
 )
 
-func marshal(t *testing.T, m *amqp.Message) []byte {
+func marshal(t testing.TB, m *amqp.Message) []byte {
 	t.Helper()
 	b, err := m.MarshalBinary()
 	if err != nil {
@@ -258,5 +260,103 @@ func TestRequestDecodingIsBoundedBySize(t *testing.T) {
 	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > 32<<20 {
 		t.Fatalf("a %d KB request allocated %d MiB before it was refused", len(payload)>>10, got>>20)
+	}
+}
+
+// A topic's copy made by a rule action carries the rule's name and the
+// action's changes: application properties set, with their types, or
+// removed; system properties set or cleared in the properties section.
+// What came later (a dead-lettering) still applies on top.
+func TestOutboundAppliesRuleActions(t *testing.T) {
+	body := marshal(t, &amqp.Message{
+		Properties: &amqp.MessageProperties{MessageID: "m-1", Subject: ptr("old"), To: ptr("somewhere"),
+			CorrelationID: "corr", GroupID: ptr("session"), UserID: []byte("user")},
+		ApplicationProperties: map[string]any{"color": "red", "keep": int32(7), "count": int64(1)},
+		Data:                  [][]byte{[]byte("payload")},
+	})
+	at := time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)
+	u := broker.FilterUUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	d := broker.Delivery{Seq: 9, EnqueuedAt: at.UnixNano(), Message: body, Overlays: []broker.Overlay{
+		{Type: broker.Copied, Rule: "tag", Changes: []broker.RuleChange{
+			{Sys: broker.SysLabel, Value: broker.StringValue("tagged")},
+			{Name: "extra", Value: broker.IntValue(1)},
+			{Name: "color", Remove: true},
+			{Name: "count", Value: broker.IntValue(2)},
+			{Name: "ratio", Value: broker.DoubleValue(0.5)},
+			{Name: "price", Value: broker.DecimalValue(1.25)},
+			{Name: "flag", Value: broker.BoolValue(true)},
+			{Name: "when", Value: broker.TimestampMillis(at.UnixMilli())},
+			{Name: "span", Value: broker.DurationValue(time.Second)},
+			{Name: "id", Value: broker.UUIDValue(u)},
+			{Name: "nothing", Value: broker.NullValue()},
+			{Sys: broker.SysCorrelationID, Remove: true},
+			{Sys: broker.SysTo, Value: broker.NullValue()},
+			{Sys: broker.SysReplyTo, Value: broker.StringValue("reply")},
+			{Sys: broker.SysMessageID, Value: broker.StringValue("m-2")},
+			{Sys: broker.SysSessionID, Value: broker.StringValue("other")},
+			{Sys: broker.SysReplyToSessionID, Value: broker.StringValue("rs")},
+			{Sys: broker.SysContentType, Value: broker.StringValue("text/plain")},
+			{Sys: broker.SysScheduledEnqueueTimeUtc, Value: broker.TimestampMillis(at.UnixMilli())}, // ignored
+			{Sys: broker.SysTimeToLive, Value: broker.DurationValue(time.Minute)},                   // the header's, from the broker
+		}},
+		{Type: broker.DeadLettered, Reason: "r", Description: "d"},
+	}}
+	m := unmarshal(t, must(outbound(nil, &d)))
+	want := map[string]any{"keep": int32(7), "count": int64(2), "RuleName": "tag", "extra": int64(1), "ratio": 0.5,
+		"price": 1.25, "flag": true, "when": at, "span": int64(10_000_000), "id": amqp.UUID(u), "nothing": nil,
+		"DeadLetterReason": "r", "DeadLetterErrorDescription": "d"}
+	if len(m.ApplicationProperties) != len(want) {
+		t.Errorf("application properties %#v", m.ApplicationProperties)
+	}
+	for k, v := range want {
+		got, found := m.ApplicationProperties[k]
+		if tm, isTime := got.(time.Time); isTime {
+			got = tm.UTC()
+		}
+		if !found || got != v {
+			t.Errorf("application property %s = %#v, want %#v", k, got, v)
+		}
+	}
+	p := m.Properties
+	if p == nil || p.MessageID != "m-2" || p.CorrelationID != nil || p.To != nil || p.Subject == nil || *p.Subject != "tagged" ||
+		p.ReplyTo == nil || *p.ReplyTo != "reply" || p.GroupID == nil || *p.GroupID != "other" ||
+		p.ReplyToGroupID == nil || *p.ReplyToGroupID != "rs" || p.ContentType == nil || *p.ContentType != "text/plain" ||
+		string(p.UserID) != "user" {
+		t.Errorf("properties %+v", p)
+	}
+	if m.Annotations["x-opt-scheduled-enqueue-time"] != nil || string(m.GetData()) != "payload" {
+		t.Errorf("annotations %#v, body %q", m.Annotations, m.GetData())
+	}
+
+	// A copy dead-lettered on arrival says why, and names no rule.
+	d.Overlays = []broker.Overlay{{Type: broker.Copied, Reason: "Session id is null.", Description: "no session"}}
+	m = unmarshal(t, must(outbound(nil, &d)))
+	if m.ApplicationProperties["DeadLetterReason"] != "Session id is null." ||
+		m.ApplicationProperties["DeadLetterErrorDescription"] != "no session" || m.ApplicationProperties["RuleName"] != nil ||
+		m.ApplicationProperties["color"] != "red" || m.Properties.MessageID != "m-1" {
+		t.Errorf("dead-lettered copy: %#v %+v", m.ApplicationProperties, m.Properties)
+	}
+}
+
+// A delivery without overlays is the stored bare message byte for byte,
+// written without allocating.
+func TestOutboundWithoutOverlaysAllocatesNothing(t *testing.T) {
+	body := marshal(t, &amqp.Message{
+		Properties:            &amqp.MessageProperties{MessageID: "m-1", Subject: ptr("s")},
+		ApplicationProperties: map[string]any{"k": "v"},
+		Data:                  [][]byte{[]byte("payload")},
+	})
+	d := broker.Delivery{Seq: 1, Token: broker.LockToken{1}, LockedUntil: 2e18, EnqueuedAt: 1e18, Message: body}
+	buf := make([]byte, 0, 1024)
+	out := must(outbound(buf, &d))
+	s, err := message.Parse(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(s.Bare(), body) {
+		t.Fatal("the bare message changed")
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = outbound(buf[:0], &d) }); n != 0 {
+		t.Fatalf("%v allocations per delivery", n)
 	}
 }

@@ -122,6 +122,7 @@ const (
 	condConnectionForced   = "amqp:connection:forced"
 	condEntityDisabled     = "com.microsoft:entity-disabled"
 	condArgumentOutOfRange = "com.microsoft:argument-out-of-range"
+	condEntityExists       = "com.microsoft:entity-already-exists"
 )
 
 // classify maps a broker error to the AMQP condition and the management
@@ -139,6 +140,10 @@ func classify(err error) (condition string, status int32) {
 		return condMessageNotFound, 404
 	case errors.Is(err, broker.ErrEntityNotFound):
 		return condNotFound, 404
+	case errors.Is(err, broker.ErrEntityExists):
+		return condEntityExists, 409
+	case errors.Is(err, broker.ErrQuotaExceeded):
+		return condResourceLimit, 403
 	case errors.Is(err, broker.ErrTimeout):
 		return condTimeout, 408
 	case errors.Is(err, broker.ErrMessageTooLarge):

@@ -51,7 +51,7 @@ func startBroker(t *testing.T, queues map[string]broker.Config) *testBroker {
 // start opens the broker in tb.dir and serves it on addr.
 func (tb *testBroker) start(t *testing.T, addr string) {
 	t.Helper()
-	b, _, err := broker.Open(broker.Options{Dir: tb.dir, NewBracket: NewBracket})
+	b, _, err := broker.Open(broker.Options{Dir: tb.dir, NewBracket: NewBracket, FilterMessage: FilterMessage})
 	if err != nil {
 		t.Fatal(err)
 	}

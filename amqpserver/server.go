@@ -195,7 +195,8 @@ type connState struct {
 }
 
 // Attach routes a link by its address: $cbs, a $management node, or an
-// entity (optionally its dead-letter subqueue).
+// entity (a queue, a topic or a subscription, optionally a dead-letter
+// subqueue).
 func (s *Server) Attach(l *transport.Link) {
 	cs := state(l.Conn())
 	if cs.s == nil {
@@ -248,21 +249,70 @@ var subqueueSuffixes = []struct {
 	{"/$DeadLetterQueue", broker.DeadLetterQueue},
 }
 
-// resolve returns the entity and queue number a link address names: "q",
-// "q/$DeadLetterQueue" or "q/$Transfer/$DeadLetterQueue".
+// subscriptionsWord joins a topic's name to a subscription's in an address,
+// matched without regard to case, as SDKs spell it differently
+// (docs/compatibility.md §4).
+const subscriptionsWord = "/Subscriptions/"
+
+// resolve returns the entity and queue number a link address names.
 func (cs *connState) resolve(address string) (*broker.Entity, uint32, error) {
-	name, queue := address, broker.MainQueue
-	for _, sub := range subqueueSuffixes {
-		if n := len(name) - len(sub.suffix); n >= 0 && strings.EqualFold(name[n:], sub.suffix) {
-			name, queue = name[:n], sub.queue
+	return resolveAddress(cs.s.b, address)
+}
+
+// resolveAddress returns the entity and queue number an address names: a
+// queue "q" (queue 0), "q/$DeadLetterQueue" or "q/$Transfer/$DeadLetterQueue";
+// a topic "t" (queue 0, where sends and scheduled messages go; it has no
+// dead-letter queues); a subscription "t/Subscriptions/s" and its two
+// dead-letter queues, which are the topic's queues of that subscription.
+func resolveAddress(b *broker.Broker, address string) (*broker.Entity, uint32, error) {
+	name, sub := address, broker.MainQueue
+	for _, s := range subqueueSuffixes {
+		if n := len(name) - len(s.suffix); n >= 0 && strings.EqualFold(name[n:], s.suffix) {
+			name, sub = name[:n], s.queue
 			break
 		}
 	}
-	if name == "" || strings.Contains(name, "/$") || strings.Contains(strings.ToLower(name), "/subscriptions/") {
+	if topic, subscription, found := splitSubscription(name); found {
+		if topic == "" || subscription == "" || strings.Contains(subscription, "/") || strings.Contains(topic, "/$") {
+			return nil, 0, fmt.Errorf("%w: %s", broker.ErrEntityNotFound, address)
+		}
+		e, err := b.Entity(topic)
+		if err != nil {
+			return nil, 0, err
+		}
+		q, err := e.SubscriptionQueue(subscription) // not found for a queue too
+		if err != nil {
+			return nil, 0, err
+		}
+		return e, q + sub, nil
+	}
+	if name == "" || strings.Contains(name, "/$") {
 		return nil, 0, fmt.Errorf("%w: %s", broker.ErrEntityNotFound, address)
 	}
-	e, err := cs.s.b.Entity(name)
-	return e, queue, err
+	e, err := b.Entity(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	if sub != broker.MainQueue && e.IsTopic() {
+		// What is sent to a topic goes to its subscriptions at once: it has
+		// no dead-letter queue of its own (docs/compatibility.md §4).
+		return nil, 0, fmt.Errorf("%w: %s", broker.ErrEntityNotFound, address)
+	}
+	return e, sub, nil
+}
+
+// splitSubscription splits "t/Subscriptions/s" into its topic and
+// subscription names, at the last "/Subscriptions/" in any case (a
+// subscription's name has no "/").
+func splitSubscription(path string) (topic, subscription string, found bool) {
+	for i := len(path) - len(subscriptionsWord); i >= 0; i-- {
+		// The word is ASCII, so a match is exactly len(subscriptionsWord)
+		// bytes long, whatever the runes around it.
+		if path[i] == '/' && strings.EqualFold(path[i:i+len(subscriptionsWord)], subscriptionsWord) {
+			return path[:i], path[i+len(subscriptionsWord):], true
+		}
+	}
+	return path, "", false
 }
 
 func errString(err error) string {

@@ -57,9 +57,15 @@ func FuzzParse(f *testing.F) {
 		if !bytes.Equal(s2.Bare(), s.Bare()) {
 			t.Fatalf("bare message changed")
 		}
-		if merged, err := AppendWithApplicationProperties(nil, &s, []Property{{Key: "DeadLetterReason", Value: "r"}}); err == nil {
+		if merged, err := AppendWithApplicationProperties(nil, &s, []Property{{Key: "DeadLetterReason", Value: "r"}, {Key: "color", Remove: true}}); err == nil {
 			if _, err := Parse(merged); err != nil {
 				t.Fatalf("merged message does not parse: %v", err)
+			}
+		}
+		if p, err := s.ReadProperties(); err == nil {
+			p.Subject = []byte("tagged")
+			if _, err := Parse(AppendWithProperties(nil, &s, &p)); err != nil {
+				t.Fatalf("message with rewritten properties does not parse: %v", err)
 			}
 		}
 		if withID, changed, err := AppendWithMessageID(nil, &s, "id"); err == nil && changed {

@@ -183,8 +183,9 @@ func (s *Sections) ReadProperties() (Properties, error) {
 }
 
 // AppendProperties writes p as a properties section, for messages the
-// broker creates itself (management and CBS responses). Absent fields are
-// null and trailing ones are left out.
+// broker creates itself (management and CBS responses) and for properties
+// it rewrites (AppendWithProperties). Absent fields are null and trailing
+// ones are left out.
 func AppendProperties(dst []byte, p *Properties) []byte {
 	dst, w := beginList(dst, CodeProperties)
 	dst = w.id(dst, p.MessageID)

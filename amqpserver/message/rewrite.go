@@ -7,18 +7,22 @@ import (
 )
 
 // Property is an application property to set: a string key (§3.2.5) and a
-// value of any type encoding.AppendAny accepts.
+// value of any type encoding.AppendAny accepts; or, with Remove, to delete
+// (Value unused).
 type Property struct {
-	Key   string
-	Value any
+	Key    string
+	Value  any
+	Remove bool
 }
 
 // AppendWithApplicationProperties writes s with its application-properties
 // section replaced by a merge: existing entries stay, in order and byte
-// for byte, unless set overwrites them in place; keys new to the map are
-// added at the end (the last of duplicate keys in set wins). Every other
-// section is copied unchanged. Service Bus merges dead-letter reasons and
-// properties-to-modify this way (docs/compatibility.md §5).
+// for byte, unless set overwrites them in place or removes them; keys new
+// to the map are added at the end (the last of duplicate keys in set wins,
+// and a removal of a key the map lacks adds nothing). Keys match exactly.
+// Every other section is copied unchanged. Service Bus merges dead-letter
+// reasons and properties-to-modify this way (docs/compatibility.md §5), and
+// a rule action's SET and REMOVE.
 func AppendWithApplicationProperties(dst []byte, s *Sections, set []Property) ([]byte, error) {
 	insertAt, resumeAt := applicationPropertiesPlace(s)
 	dst = append(dst, s.Raw[:insertAt]...)
@@ -32,8 +36,12 @@ func AppendWithApplicationProperties(dst []byte, s *Sections, set []Property) ([
 	it := NewMapIter(existing)
 	var err error
 	for it.Next() {
+		i := lastProperty(set, it.Key())
+		if i >= 0 && set[i].Remove {
+			continue
+		}
 		dst = append(dst, it.Key()...)
-		if i := lastProperty(set, it.Key()); i >= 0 {
+		if i >= 0 {
 			if dst, err = encoding.AppendAny(dst, set[i].Value); err != nil {
 				return dst, fmt.Errorf("application property %q: %w", set[i].Key, err)
 			}
@@ -46,7 +54,7 @@ func AppendWithApplicationProperties(dst []byte, s *Sections, set []Property) ([
 		return dst, err
 	}
 	for i := range set {
-		if supersededLater(set, i) {
+		if set[i].Remove || supersededLater(set, i) {
 			continue
 		}
 		if _, found, _ := FindMapValue(existing, set[i].Key); found {
@@ -135,6 +143,21 @@ func AppendWithMessageID(dst []byte, s *Sections, id string) (out []byte, change
 	dst = append(dst, s.Raw[base+rest:base+end]...)
 	dst = encoding.EndList(dst, start, count)
 	return append(dst, s.Raw[s.Properties.End:]...), true, nil
+}
+
+// AppendWithProperties writes s with its properties section replaced by p
+// (or, if s has none, p inserted where the grammar puts it), every other
+// section copied unchanged. p may alias s.Raw. A rule action's changes to
+// a topic's copy of a message are written this way.
+func AppendWithProperties(dst []byte, s *Sections, p *Properties) []byte {
+	insertAt, resumeAt := s.Properties.Start, s.Properties.End
+	if !s.Properties.Present() {
+		insertAt = s.BareStart()
+		resumeAt = insertAt
+	}
+	dst = append(dst, s.Raw[:insertAt]...)
+	dst = AppendProperties(dst, p)
+	return append(dst, s.Raw[resumeAt:]...)
 }
 
 // AppendWithoutBody writes s without its body sections: every other

@@ -168,3 +168,91 @@ func TestWithoutBody(t *testing.T) {
 		}
 	}
 }
+
+// A removal deletes an existing entry, wherever it is; a later set of the
+// same key wins over it, and a removal of a key the map lacks adds nothing.
+func TestMergeRemovesApplicationProperties(t *testing.T) {
+	in := clientMessage()
+	in.ApplicationProperties = map[string]any{"gone": "x", "back": "old", "keep": int64(1)}
+	s := mustParse(t, marshal(t, in))
+	out, err := AppendWithApplicationProperties(nil, &s, []Property{
+		{Key: "gone", Remove: true},
+		{Key: "back", Remove: true},
+		{Key: "back", Value: "new"},
+		{Key: "never", Remove: true},
+		{Key: "added", Value: true},
+		{Key: "added-then-removed", Value: 1},
+		{Key: "added-then-removed", Remove: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"back": "new", "keep": int64(1), "added": true}
+	if got := unmarshal(t, out).ApplicationProperties; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %#v, want %#v", got, want)
+	}
+	// Removing every entry leaves an empty map.
+	out, err = AppendWithApplicationProperties(nil, &s, []Property{{Key: "gone", Remove: true}, {Key: "back", Remove: true}, {Key: "keep", Remove: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := unmarshal(t, out).ApplicationProperties; len(got) != 0 {
+		t.Errorf("all removed: %#v", got)
+	}
+}
+
+// The properties section is replaced, or inserted where the grammar puts
+// it; the other sections are copied byte for byte.
+func TestWithProperties(t *testing.T) {
+	in := clientMessage()
+	in.Footer = amqp.Annotations{"f": "footer"}
+	s := mustParse(t, marshal(t, in))
+	p, err := s.ReadProperties()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Subject, p.To, p.CorrelationID = []byte("tagged"), nil, StringID("corr")
+	out := AppendWithProperties([]byte{0xee}, &s, &p)
+	if out[0] != 0xee {
+		t.Fatal("prefix lost")
+	}
+	got := unmarshal(t, out[1:])
+	want := unmarshal(t, s.Raw)
+	want.Properties.Subject, want.Properties.To, want.Properties.CorrelationID = ptr("tagged"), nil, "corr"
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got\n%#v\nwant\n%#v", got.Properties, want.Properties)
+	}
+	s2 := mustParse(t, out[1:])
+	for _, c := range []struct {
+		name      string
+		old, new_ Span
+	}{
+		{"header", s.Header, s2.Header}, {"message-annotations", s.MessageAnnotations, s2.MessageAnnotations},
+		{"application-properties", s.ApplicationProperties, s2.ApplicationProperties}, {"body", s.Body, s2.Body},
+		{"footer", s.Footer, s2.Footer},
+	} {
+		if !bytes.Equal(s.Bytes(c.old), s2.Bytes(c.new_)) {
+			t.Errorf("%s changed", c.name)
+		}
+	}
+
+	for name, m := range map[string]*amqp.Message{
+		"before application properties": {ApplicationProperties: map[string]any{"k": "v"}, Value: "v"},
+		"before body":                   {Annotations: amqp.Annotations{"x-opt-a": "b"}, Data: [][]byte{[]byte("b")}},
+		"annotations only":              {Annotations: amqp.Annotations{"x-opt-a": "b"}},
+	} {
+		s := mustParse(t, marshal(t, m))
+		out := AppendWithProperties(nil, &s, &Properties{Subject: []byte("new")})
+		if _, err := Parse(out); err != nil {
+			t.Errorf("%s: result does not parse: %v", name, err)
+		}
+		got := unmarshal(t, out)
+		if got.Properties == nil || got.Properties.Subject == nil || *got.Properties.Subject != "new" {
+			t.Errorf("%s: properties %#v", name, got.Properties)
+		}
+		m.Properties = got.Properties
+		if !reflect.DeepEqual(got, unmarshal(t, marshal(t, m))) {
+			t.Errorf("%s: other sections changed", name)
+		}
+	}
+}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/walbus/walbus/admin/emuconfig"
@@ -47,8 +49,110 @@ func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Log
 			}
 		}
 		for _, t := range ns.Topics {
-			logger.Warn("topics are not supported yet; skipped", "topic", t.Name)
+			if err := applyTopic(b, t, linkMax, logger); err != nil {
+				return fmt.Errorf("%s: topic %s: %w", path, t.Name, err)
+			}
 		}
+	}
+	return nil
+}
+
+// applyTopic creates a topic the file lists, or gives an existing one the
+// file's settings, and then its subscriptions and their rules: a
+// subscription the topic lacks is created with the file's rules (or
+// $Default when it lists none); one that exists gets the file's settings,
+// and its rules become the file's, as rule events ordered against the
+// topic's sends. Subscriptions the file does not list are kept.
+func applyTopic(b *broker.Broker, t emuconfig.Topic, linkMax uint64, logger *slog.Logger) error {
+	e, err := b.CreateTopic(t.Name, t.Config())
+	if errors.Is(err, broker.ErrEntityExists) {
+		if e, err = b.Entity(t.Name); err != nil {
+			return err
+		}
+		if !e.IsTopic() {
+			return fmt.Errorf("an entity of that name exists and is not a topic")
+		}
+		was, err := e.Config()
+		if err != nil {
+			return err
+		}
+		if changed := configChanges(was, t.Config()); len(changed) > 0 {
+			if err := b.UpdateTopic(t.Name, t.Config()); err != nil {
+				return err
+			}
+			logger.Info("topic settings changed to the file's; its messages are kept", "topic", t.Name,
+				"changed", strings.Join(changed, ","))
+		}
+	} else if err != nil {
+		return err
+	}
+	if cfg, err := e.Config(); err == nil && uint64(cfg.MaxMessageSize) > linkMax {
+		logger.Warn("topic allows larger messages than --max-message-size; its links take up to that",
+			"topic", t.Name, "MaxMessageSizeInKilobytes", cfg.MaxMessageSize/1024, "max_message_size", linkMax)
+	}
+	have, err := e.Subscriptions()
+	if err != nil {
+		return err
+	}
+	for _, s := range t.Subscriptions {
+		if err := applySubscription(e, s, have, logger); err != nil {
+			return fmt.Errorf("subscription %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+func applySubscription(e *broker.Entity, s emuconfig.Subscription, have []broker.SubscriptionInfo, logger *slog.Logger) error {
+	var cur *broker.SubscriptionInfo
+	for i := range have {
+		if strings.EqualFold(have[i].Name, s.Name) {
+			cur = &have[i]
+		}
+	}
+	if cfg := s.Config(); cfg.ForwardTo != "" || cfg.ForwardDeadLetteredMessagesTo != "" {
+		logger.Warn("forwarding from a subscription is not supported yet; its messages stay in it", "topic", e.Name(),
+			"subscription", s.Name, "forward_to", cfg.ForwardTo, "forward_dead_lettered_messages_to", cfg.ForwardDeadLetteredMessagesTo)
+	}
+	if cur == nil {
+		return e.CreateSubscription(s.Name, s.Config(), s.RuleSpecs())
+	}
+	if changed := configChanges(cur.Config, s.Config()); len(changed) > 0 {
+		if err := e.UpdateSubscription(cur.Name, s.Config()); err != nil {
+			if errors.Is(err, broker.ErrNotAllowed) {
+				err = fmt.Errorf("%w (the subscription exists with its messages: change the file back, or start on a new --data directory)", err)
+			}
+			return err
+		}
+		logger.Info("subscription settings changed to the file's; its messages are kept", "topic", e.Name(),
+			"subscription", cur.Name, "changed", strings.Join(changed, ","))
+	}
+	want := s.RuleSpecs()
+	if want == nil {
+		want = []broker.RuleSpec{{Name: broker.DefaultRuleName, Filter: broker.FilterSpec{Kind: broker.FilterTrue}}}
+	}
+	same := func(a, b broker.RuleSpec) bool {
+		a.Created, b.Created = 0, 0
+		x, _ := json.Marshal(a)
+		y, _ := json.Marshal(b)
+		return string(x) == string(y)
+	}
+	for _, r := range cur.Rules {
+		keep := slices.ContainsFunc(want, func(w broker.RuleSpec) bool { return same(w, r) })
+		if !keep {
+			if err := e.RemoveRule(cur.Queue, r.Name); err != nil {
+				return fmt.Errorf("rule %s: %w", r.Name, err)
+			}
+			logger.Info("rule removed: the file no longer has it as it was", "topic", e.Name(), "subscription", cur.Name, "rule", r.Name)
+		}
+	}
+	for _, w := range want {
+		if slices.ContainsFunc(cur.Rules, func(r broker.RuleSpec) bool { return same(w, r) }) {
+			continue
+		}
+		if err := e.AddRule(cur.Queue, w); err != nil {
+			return fmt.Errorf("rule %s: %w", w.Name, err)
+		}
+		logger.Info("rule added from the file", "topic", e.Name(), "subscription", cur.Name, "rule", w.Name)
 	}
 	return nil
 }

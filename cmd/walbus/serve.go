@@ -350,7 +350,7 @@ func serve(args []string) int {
 	var release memoryReleaser
 	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, CacheBytes: int64(o.cacheSize), Logger: logger,
 		Repair: o.repair, IdleCheckpoint: cmp.Or(o.idleCheckpoint, -1),
-		NewBracket: amqpserver.NewBracket,
+		NewBracket: amqpserver.NewBracket, FilterMessage: amqpserver.FilterMessage,
 		OnCommit: func(entity string, s log.CommitStats) {
 			release.touch()
 			metrics.ObserveCommit(entity, s)
