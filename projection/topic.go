@@ -353,6 +353,7 @@ const (
 // copyOut is one Copied event a publish makes.
 type copyOut struct {
 	queue       uint32
+	until       int64 // expiry by the topic's default
 	session     string
 	rule        string
 	overlay     []byte
@@ -400,7 +401,7 @@ func (d *decision) publish(m Message, seq uint64, until int64, hops uint32, nonc
 	}
 	var buf [16]ruleAt
 	cands := d.e.topic.rules().candidates(label, buf[:0])
-	r := router{fm: fm, session: m.SessionID}
+	r := router{fm: fm, session: m.SessionID, until: until, expiry: d.expiry}
 	for len(cands) > 0 {
 		// The candidate rules of one subscription, then the next's.
 		n := 1
@@ -413,7 +414,7 @@ func (d *decision) publish(m Message, seq uint64, until int64, hops uint32, nonc
 	d.emit(event.Event{Type: event.Published, Seq: seq, Until: until, MessageID: m.MessageID, SessionID: m.SessionID,
 		Props: event.AppendRoutes(nil, r.routes), Message: m.Body, Hops: hops})
 	for i, c := range r.copies {
-		d.emit(event.Event{Type: event.Copied, Queue: c.queue, Seq: uint64(i + 1), Until: until, SessionID: c.session,
+		d.emit(event.Event{Type: event.Copied, Queue: c.queue, Seq: uint64(i + 1), Until: c.until, SessionID: c.session,
 			Name: c.rule, Reason: c.reason, Description: c.why, Props: c.overlay})
 	}
 }
@@ -422,6 +423,8 @@ func (d *decision) publish(m Message, seq uint64, until int64, hops uint32, nonc
 type router struct {
 	fm      *filter.Message
 	session string
+	until   int64                     // the message's expiry by the topic's default
+	expiry  func(time.Duration) int64 // a time to live's expiry, by the topic's default
 	routes  []uint32
 	copies  []copyOut
 }
@@ -455,16 +458,25 @@ func (r *router) subscription(s *Subscription, cands []ruleAt) {
 		case rule.action == nil:
 			plain = true
 		default:
-			session := r.session
+			session, until := r.session, r.until
 			for _, c := range ov {
-				if c.Sys == filter.SysSessionID {
+				switch c.Sys {
+				case filter.SysSessionID:
 					session = ""
 					if !c.Remove && c.Value.Kind() == filter.KindString {
 						session = c.Value.Text()
 					}
+				case filter.SysTimeToLive:
+					// The copy lives as the action says, within the
+					// topic's default.
+					var ttl time.Duration
+					if !c.Remove && c.Value.Kind() == filter.KindDuration {
+						ttl = c.Value.Duration()
+					}
+					until = r.expiry(ttl)
 				}
 			}
-			c := copyOut{queue: s.no, session: session, rule: rule.spec.Name, overlay: EncodeOverlay(ov)}
+			c := copyOut{queue: s.no, session: session, until: until, rule: rule.spec.Name, overlay: EncodeOverlay(ov)}
 			if s.cfg.RequiresSession && session == "" {
 				c.queue, c.reason, c.why = dlq, ReasonSessionIDNull, descriptionSessionIDNull
 			}

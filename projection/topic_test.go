@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection/filter"
@@ -322,5 +323,28 @@ func TestRuleTextMustBeUTF8(t *testing.T) {
 	}
 	if _, err := l.do(CreateSubscription{Name: "s\x80", Config: DefaultSubscriptionConfig()}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a subscription name that is not UTF-8: %v", err)
+	}
+}
+
+// An action that sets sys.TimeToLive gives its copy that time to live,
+// within the topic's default; the message as sent keeps its own.
+func TestActionTimeToLive(t *testing.T) {
+	l := newTopicLog(t)
+	l.must(CreateSubscription{Name: "s", Config: DefaultSubscriptionConfig(), Rules: []RuleSpec{
+		sqlRule("plain", "1=1", ""), sqlRule("short", "1=1", "SET sys.Label = 'x'")}})
+	// Rules take no parameters yet (the administration API will give
+	// them), and the language has no duration literal: the action is
+	// compiled here with one.
+	l.e.topic.subs[0].rules[1].action, _ = filter.CompileActionParams("SET sys.TimeToLive = @ttl",
+		map[string]filter.Value{"ttl": filter.DurationValue(time.Minute)})
+	evs := l.must(Send{Messages: []Message{{Body: []byte("x"), MessageID: "m", TTL: time.Hour}}})
+	if len(evs) != 2 || evs[1].Type != event.Copied {
+		t.Fatalf("events %v", evs)
+	}
+	if got := time.Duration(evs[0].Until - evs[0].Time); got != time.Hour {
+		t.Errorf("the message as sent lives %v", got)
+	}
+	if got := time.Duration(evs[1].Until - evs[1].Time); got != time.Minute {
+		t.Errorf("the copy lives %v", got)
 	}
 }
