@@ -315,12 +315,14 @@ func (e *Entity) forwardFailed(err error) {
 // with the arrival's own duplicate detection (see Send.Forward), that of
 // the entities on the chain does not apply to it.
 func (e *Entity) sendForwarded(msg projection.Message, fw *projection.Forward, done func(error)) {
-	t, hops, _, err := e.forwardTarget(event.MainQueue, []projection.Message{msg})
+	msgs := []projection.Message{msg}
+	t, hops, _, err := e.forwardTarget(event.MainQueue, msgs)
 	if err != nil {
 		done(err)
 		return
 	}
+	t.readFilters(msgs)
 	t.do(done, func(t *Entity) ([]event.Event, error) {
-		return t.decide(projection.Send{Queue: event.MainQueue, Messages: []projection.Message{msg}, Hops: hops, Forward: fw})
+		return t.decide(projection.Send{Queue: event.MainQueue, Messages: msgs, Hops: hops, Forward: fw, Nonce: t.topicNonce()})
 	})
 }

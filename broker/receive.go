@@ -412,7 +412,11 @@ func (e *Entity) delivery(q uint32, seq uint64) (Delivery, error) {
 			return Delivery{}, fmt.Errorf("read the published record of copy %d: %w", seq, err)
 		}
 		rec.SessionID, rec.Until = copied.SessionID, copied.Until
-		overlays = overlays[1:]
+		if rec.Type != event.Forwarded {
+			// A Forwarded record (a dead-lettered message forwarded to a
+			// topic) is an overlay too: how it was dead-lettered.
+			overlays = overlays[1:]
+		}
 	}
 	d := Delivery{
 		Queue:      q,

@@ -134,6 +134,7 @@ func (e *Entity) IsTopic() bool {
 // notFound is Service Bus's text for a missing subscription or rule: JS
 // maps it to MessagingEntityNotFound (docs/compatibility.md §4).
 func (e *Entity) notFound(path string) error {
+	//lint:ignore ST1005 Service Bus's own words, punctuation included
 	return fmt.Errorf("%w: The messaging entity '%s' could not be found.", projection.ErrNotFound, path)
 }
 

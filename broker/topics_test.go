@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/walbus/walbus/projection"
 	"github.com/walbus/walbus/projection/filter"
@@ -102,4 +103,90 @@ func TestTopicSurvivesRestart(t *testing.T) {
 	b = openBroker(t, Options{Dir: dir, SnapshotEvery: 1})
 	check(b)
 	must(b.Close())
+}
+
+// A queue that forwards to a topic publishes what is sent to it there:
+// each subscription gets it by its rules, with the hop counted.
+func TestQueueForwardsToTopic(t *testing.T) {
+	b := openBroker(t, Options{Dir: t.TempDir()})
+	defer b.Close()
+	news, err := b.CreateTopic("news", DefaultTopicConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := news.CreateSubscription("red", DefaultSubscriptionConfig(), []RuleSpec{{Name: "r",
+		Filter: FilterSpec{Kind: FilterSQL, SQL: "color = 'red'"}}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.ForwardTo = "news"
+	in, err := b.CreateQueue("inbox", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendSync(t, in, colored("a", "red"), colored("b", "blue"))
+	red, _ := news.SubscriptionQueue("red")
+	ds, err := news.Peek(red, 1, 10, "")
+	if err != nil || len(ds) != 1 || ds[0].MessageID != "a" || ds[0].Hops != 1 {
+		t.Fatalf("red holds %+v, %v", ds, err)
+	}
+	if c, _ := in.Counts(MainQueue); c.Total != 0 {
+		t.Fatalf("the forwarding queue kept %+v", c)
+	}
+}
+
+// A queue whose dead-lettered messages go to a topic: each subscription
+// its rules pick gets the message once, with how it was dead-lettered,
+// also after the queue's forwarder repeats it after a restart.
+func TestDeadLettersForwardedToTopic(t *testing.T) {
+	dir := t.TempDir()
+	b := openBroker(t, Options{Dir: dir})
+	news, err := b.CreateTopic("news", DefaultTopicConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"a", "b"} {
+		if err := news.CreateSubscription(s, DefaultSubscriptionConfig(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := news.CreateSubscription("blue", DefaultSubscriptionConfig(), []RuleSpec{{Name: "r",
+		Filter: FilterSpec{Kind: FilterSQL, SQL: "color = 'blue'"}}}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := b.CreateQueue("src", deadLettersTo("news"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendSync(t, src, colored("m", "red"))
+	_, ch := peekLock(t, src, MainQueue, 1)
+	settleSync(t, src, nextDelivery(t, ch), Settlement{Outcome: DeadLetter, Reason: "bad", Description: "very"})
+	for _, s := range []string{"a", "b"} {
+		q, _ := news.SubscriptionQueue(s)
+		var ds []Delivery
+		for range 500 { // the forward is asynchronous; a hang guard
+			if ds, _ = news.Peek(q, 1, 10, ""); len(ds) > 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if len(ds) != 1 || ds[0].MessageID != "m" || len(ds[0].Overlays) < 1 || ds[0].Overlays[0].Type != Forwarded ||
+			ds[0].Overlays[0].Reason != "bad" || ds[0].Overlays[0].Source != "src" {
+			t.Fatalf("%s holds %+v", s, ds)
+		}
+	}
+	blue, _ := news.SubscriptionQueue("blue")
+	if ds, _ := news.Peek(blue, 1, 10, ""); len(ds) != 0 {
+		t.Fatalf("blue holds %+v", ds)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openBroker(t, Options{Dir: dir})
+	defer b.Close()
+	news, _ = b.Entity("news")
+	a, _ := news.SubscriptionQueue("a")
+	if ds, _ := news.Peek(a, 1, 10, ""); len(ds) != 1 || ds[0].Overlays[0].Reason != "bad" {
+		t.Fatalf("after a restart a holds %+v", ds)
+	}
 }

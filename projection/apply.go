@@ -59,11 +59,17 @@ func (e *Entity) applyQueue(q *Queue, ev *event.Event) error {
 		e.remember(ev.MessageID, ev.Time)
 		return nil
 	case event.Forwarded:
+		e.forwarded[ev.Source] = ev.Seq
+		if e.IsTopic() {
+			// Routed by the Copied events after it, to which it is the
+			// body and the first overlay; the topic keeps nothing.
+			e.topic.lastPub = Ref{Index: ev.Index, Pos: ev.Pos}
+			return nil
+		}
 		e.enqueue(q, ev.Index, ev.Pos, ev.SessionID, ev.Until)
 		// The record is also the message's first overlay: how it was
 		// dead-lettered where it came from.
 		q.overlays[ev.Index] = []Ref{{Index: ev.Index, Pos: ev.Pos}}
-		e.forwarded[ev.Source] = ev.Seq
 		return nil
 	case event.Restored:
 		e.enqueue(q, ev.Index, ev.Pos, ev.SessionID, ev.Until)

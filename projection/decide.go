@@ -408,9 +408,6 @@ func (d *decision) send(c Send) error {
 	}
 	cfg := d.e.cfg
 	if f := c.Forward; f != nil {
-		if topic {
-			return fmt.Errorf("%w: dead-lettered messages cannot be forwarded to a topic yet", ErrNotAllowed)
-		}
 		if len(c.Messages) != 1 {
 			return fmt.Errorf("%w: a forward carries one message, not %d", ErrInvalid, len(c.Messages))
 		}
@@ -428,6 +425,9 @@ func (d *decision) send(c Send) error {
 		d.emit(event.Event{Type: event.Forwarded, Queue: c.Queue, Until: d.expiry(m.TTL), MessageID: m.MessageID,
 			SessionID: m.SessionID, Name: f.SourceName, Source: f.Source, Seq: f.Seq, Reason: f.Reason,
 			Description: f.Description, Props: f.Props, Message: m.Body, Hops: f.Hops + c.Hops})
+		if topic {
+			d.routeForwarded(m, f.SourceName, d.out[len(d.out)-1].Until, c.Nonce)
+		}
 		return nil
 	}
 	var batchIDs map[string]bool

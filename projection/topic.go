@@ -372,6 +372,16 @@ func (d *decision) publish(m Message, seq uint64, until int64, hops uint32, nonc
 	if fm == nil {
 		fm = &filter.Message{}
 	}
+	d.fillFilter(fm, m, until, nonce)
+	r := d.route(fm, m.SessionID, until)
+	d.emit(event.Event{Type: event.Published, Seq: seq, Until: until, MessageID: m.MessageID, SessionID: m.SessionID,
+		Props: event.AppendRoutes(nil, r.routes), Message: m.Body, Hops: hops})
+	d.emitCopies(r.copies)
+}
+
+// fillFilter fills in the properties the broker assigns to a message rules
+// see, and newid().
+func (d *decision) fillFilter(fm *filter.Message, m Message, until int64, nonce uint64) {
 	if fm.MessageID.IsNull() && m.MessageID != "" {
 		fm.MessageID = filter.StringValue(m.MessageID)
 	}
@@ -394,6 +404,10 @@ func (d *decision) publish(m Message, seq uint64, until int64, hops uint32, nonc
 		u[8] = u[8]&0x3f | 0x80
 		return u
 	}
+}
+
+// route runs the subscriptions' rules on a message.
+func (d *decision) route(fm *filter.Message, session string, until int64) *router {
 	var label *string
 	if fm.Label.Kind() == filter.KindString {
 		l := fm.Label.Text()
@@ -401,7 +415,7 @@ func (d *decision) publish(m Message, seq uint64, until int64, hops uint32, nonc
 	}
 	var buf [16]ruleAt
 	cands := d.e.topic.rules().candidates(label, buf[:0])
-	r := router{fm: fm, session: m.SessionID, until: until, expiry: d.expiry}
+	r := &router{fm: fm, session: session, until: until, expiry: d.expiry}
 	for len(cands) > 0 {
 		// The candidate rules of one subscription, then the next's.
 		n := 1
@@ -411,12 +425,35 @@ func (d *decision) publish(m Message, seq uint64, until int64, hops uint32, nonc
 		r.subscription(d.e.topic.subs[cands[0].s], cands[:n])
 		cands = cands[n:]
 	}
-	d.emit(event.Event{Type: event.Published, Seq: seq, Until: until, MessageID: m.MessageID, SessionID: m.SessionID,
-		Props: event.AppendRoutes(nil, r.routes), Message: m.Body, Hops: hops})
-	for i, c := range r.copies {
+	return r
+}
+
+// emitCopies emits the Copied events of copies, which follow the record
+// holding their body (Published, or Forwarded) in the same atomic group.
+func (d *decision) emitCopies(copies []copyOut) {
+	for i, c := range copies {
 		d.emit(event.Event{Type: event.Copied, Queue: c.queue, Seq: uint64(i + 1), Until: c.until, SessionID: c.session,
 			Name: c.rule, Reason: c.reason, Description: c.why, Props: c.overlay})
 	}
+}
+
+// routeForwarded routes a message another entity's dead-letter queue
+// forwarded here, whose Forwarded record (holding the body, and how it was
+// dead-lettered there) was just emitted: every subscription that takes it
+// gets a copy of its own, so that the record is its first overlay in each.
+func (d *decision) routeForwarded(m Message, source string, until int64, nonce uint64) {
+	fm := m.Filter
+	if fm == nil {
+		fm = &filter.Message{}
+	}
+	d.fillFilter(fm, m, until, nonce)
+	fm.DeadLetterSource = filter.StringValue(source)
+	r := d.route(fm, m.SessionID, until)
+	copies := make([]copyOut, 0, len(r.routes)+len(r.copies))
+	for _, no := range r.routes {
+		copies = append(copies, copyOut{queue: no, session: m.SessionID, until: until})
+	}
+	d.emitCopies(append(copies, r.copies...))
 }
 
 // router gathers the routing outcome of one message.

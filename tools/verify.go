@@ -533,7 +533,7 @@ func (c *entityCheck) full(seg string) {
 				// A topic's copy reads its body from the published record
 				// before it, its first overlay.
 				if i == 0 && ref.Index < seq && ref.Index > 0 {
-					c.record(qn, seq, ref.Index, ref.Pos, "its published record", event.Published)
+					c.record(qn, seq, ref.Index, ref.Pos, "its published record", event.Published, event.Forwarded)
 					continue
 				}
 				// A forwarded or restored message's own record is also its
