@@ -230,7 +230,10 @@ func overlayProperties(overlays []broker.Overlay) ([]message.Property, []broker.
 	put := func(key string, value any) { change(message.Property{Key: key, Value: value}) }
 	for _, ov := range overlays {
 		switch {
-		case ov.Type == broker.DeadLettered || ov.Type == broker.Forwarded || ov.Type == broker.TransferDeadLettered,
+		// A message a subscription forwarded (its ForwardTo) arrives as
+		// it was: a Forwarded overlay with no dead-letter source.
+		case ov.Type == broker.DeadLettered || ov.Type == broker.TransferDeadLettered,
+			ov.Type == broker.Forwarded && ov.Source != "",
 			ov.Type == broker.Copied && (ov.Reason != "" || ov.Description != ""):
 			put(propDeadLetterReason, ov.Reason)
 			put(propDeadLetterDescription, ov.Description)

@@ -60,7 +60,7 @@ type Entity struct {
 	snap     snapshotState
 	idle     idleState
 	stats    stats
-	fwd      forwardState
+	fwd      forwarders
 	archives []*log.Archive // records compaction moved out of the log, newest first
 
 	// cfg is the entity's config as of its last applied change, for

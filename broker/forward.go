@@ -39,6 +39,14 @@ import (
 // moves to the source's transfer dead-letter queue instead, as in Service
 // Bus, saying why, so the messages behind it are not held up for ever.
 //
+// A topic's subscriptions forward the same way, each from its own queues: a
+// subscription's ForwardTo cannot be resolved at send time (the topic
+// decides per subscription, in its own log), so its forwarder moves what
+// its rules gave it, as it was, one message at a time; its
+// ForwardDeadLetteredMessagesTo moves its dead-lettered messages. The
+// target remembers each source queue apart (forwardKey): subscriptions of
+// one topic forward messages under the same SequenceNumbers.
+//
 // Every auto-forward is a hop: each ForwardTo link a send follows, and each
 // dead-letter forward with the links it follows at its target. Messages
 // record their count (event.Event.Hops), and a dead-letter forward that would
@@ -161,7 +169,17 @@ func (b *Broker) checkForwarding(name string, cfg projection.Config) error {
 	return nil
 }
 
-// forwardState is the dead-letter forwarder's state, owned by the actor.
+// forwarders are the entity's forwarders, owned by the actor: one per
+// queue whose messages it moves (forwardSources).
+type forwarders struct {
+	by map[uint32]*forwardState
+	// gen numbers the sends, across recoveries (which reset the rest): an
+	// answer for an earlier send, say one a recovery repeated, must not
+	// complete the message on its way now.
+	gen uint64
+}
+
+// forwardState is one forwarder's state.
 type forwardState struct {
 	busy    bool            // a message is on its way to the target
 	resumed bool            // looked for a message held from before a restart
@@ -170,29 +188,88 @@ type forwardState struct {
 	target  string          // and where to
 	retryAt int64           // unix ns: after a failure, not before this
 	delay   time.Duration   // the backoff after the last failure
-	// gen numbers the sends, across recoveries (which reset the rest): an
-	// answer for an earlier send, say one a recovery repeated, must not
-	// complete the message on its way now.
-	gen uint64
+	gen     uint64          // the send on its way
 }
 
-// forward moves the next dead-lettered message to the entity that
-// ForwardDeadLetteredMessagesTo names, if there is one and nothing is on
-// its way. It runs on the actor after every batch.
+// forwardSource is a queue whose messages the entity moves to another
+// entity: a dead-letter queue (ForwardDeadLetteredMessagesTo; the arrival
+// says how it was dead-lettered), or a subscription's own queue (its
+// ForwardTo; the arrival is the message as it was).
+type forwardSource struct {
+	queue       uint32
+	target      string
+	deadLetters bool
+}
+
+// forwardSources lists the queues the entity forwards from: a queue's
+// dead-letter queue, each subscription's queue and dead-letter queue. A
+// subscription that requires sessions does not forward its messages
+// (Service Bus does not support it either).
+func (e *Entity) forwardSources() []forwardSource {
+	if !e.st.IsTopic() {
+		if to := e.st.Config().ForwardDeadLetteredMessagesTo; to != "" {
+			return []forwardSource{{event.DeadLetterQueue, to, true}}
+		}
+		return nil
+	}
+	var out []forwardSource
+	for _, s := range e.st.Subscriptions() {
+		cfg := s.Config()
+		if cfg.ForwardTo != "" && !cfg.RequiresSession {
+			out = append(out, forwardSource{s.Queue(), cfg.ForwardTo, false})
+		}
+		if cfg.ForwardDeadLetteredMessagesTo != "" {
+			out = append(out, forwardSource{event.SubqueueOf(s.Queue(), event.KindDeadLetter), cfg.ForwardDeadLetteredMessagesTo, true})
+		}
+	}
+	return out
+}
+
+// forwardKey is what a target remembers a source by (projection.Forward's
+// Source): the entity's id, and for a subscription its queue too, as the
+// subscriptions of a topic forward messages under the same numbers.
+func (e *Entity) forwardKey(queue uint32) uint64 {
+	if queue < event.QueueGroup {
+		return e.id
+	}
+	return e.id | uint64(queue)<<40
+}
+
+// forward moves the next message of each forwarding queue to its target,
+// one at a time per queue. It runs on the actor after every batch.
 func (e *Entity) forward() {
-	cfg := e.st.Config()
-	f := &e.fwd
-	if e.failed != nil || f.busy || cfg.ForwardDeadLetteredMessagesTo == "" || e.now() < f.retryAt {
+	if e.failed != nil {
 		return
 	}
-	target, err := e.b.Entity(cfg.ForwardDeadLetteredMessagesTo)
+	for _, src := range e.forwardSources() {
+		if e.fwd.by == nil {
+			e.fwd.by = map[uint32]*forwardState{}
+		}
+		f := e.fwd.by[src.queue]
+		if f == nil {
+			f = &forwardState{}
+			e.fwd.by[src.queue] = f
+		}
+		e.forwardOne(src, f)
+	}
+}
+
+func (e *Entity) forwardOne(src forwardSource, f *forwardState) {
+	if f.busy || e.now() < f.retryAt {
+		return
+	}
+	what := "dead-lettered message"
+	if !src.deadLetters {
+		what = "message"
+	}
+	target, err := e.b.Entity(src.target)
 	if err != nil {
-		e.forwardFailed(fmt.Errorf("forward dead-lettered messages to %s: %w", cfg.ForwardDeadLetteredMessagesTo, err))
+		e.forwardFailed(f, fmt.Errorf("forward %ss to %s: %w", what, src.target, err))
 		return
 	}
-	seq, token, ok := e.heldForward()
+	seq, token, ok := e.heldForward(src.queue, f)
 	if !ok {
-		evs, err := e.decide(projection.Lock{Queue: event.DeadLetterQueue, Receiver: ForwardReceiver, Max: 1,
+		evs, err := e.decide(projection.Lock{Queue: src.queue, Receiver: ForwardReceiver, Max: 1,
 			Limit: e.durable, Nonce: e.rng.Uint64()})
 		if err != nil || len(evs) == 0 {
 			return
@@ -209,45 +286,51 @@ func (e *Entity) forward() {
 			return
 		}
 	}
-	d, err := e.delivery(event.DeadLetterQueue, seq)
+	d, err := e.delivery(src.queue, seq)
 	if err != nil {
-		e.forwardFailed(fmt.Errorf("forward dead-lettered message %d: %w", seq, err))
+		e.forwardFailed(f, fmt.Errorf("forward %s %d: %w", what, seq, err))
 		return
 	}
-	ovs := foldOverlays(d.Overlays) // its dead-letter source is this entity
-	fw := &projection.Forward{Source: e.id, SourceName: e.name, Seq: seq, Hops: d.Hops + 1,
+	ovs := foldOverlays(d.Overlays)
+	// Its dead-letter source is this queue, or this subscription.
+	source := queuePath(e.st, e.name, event.SubqueueOf(src.queue, event.KindMessages))
+	fw := &projection.Forward{Source: e.forwardKey(src.queue), SourceName: source, Seq: seq, Hops: d.Hops + 1,
 		Reason: ovs.reason, Description: ovs.description, Props: ovs.props}
+	if !src.deadLetters {
+		// Moved as it is: no dead-letter source, reason or description.
+		fw.SourceName, fw.Reason, fw.Description = "", "", ""
+	}
 	msg := projection.Message{Body: d.Message, MessageID: d.MessageID, SessionID: d.SessionID}
-	f.busy, f.seq, f.token, f.target = true, seq, token, cfg.ForwardDeadLetteredMessagesTo
-	f.gen++
-	gen := f.gen
+	e.fwd.gen++
+	f.busy, f.seq, f.token, f.target, f.gen = true, seq, token, src.target, e.fwd.gen
+	gen, queue := f.gen, src.queue
 	target.sendForwarded(msg, fw, func(err error) {
 		// done runs on the target's log writer, which must not block, and
 		// post blocks while this actor's queue is full: hand it over
 		// (docs/architecture.md#threading-contract).
-		go e.post(func(e *Entity) { e.forwarded(gen, err) })
+		go e.post(func(e *Entity) { e.forwarded(queue, gen, err) })
 	})
 }
 
-// forwarded finishes forward number gen: the message is completed here once
-// the target has it, or left for another try.
-func (e *Entity) forwarded(gen uint64, err error) {
-	f := &e.fwd
-	if !f.busy || f.gen != gen {
+// forwarded finishes forward number gen from queue: the message is
+// completed here once the target has it, or left for another try.
+func (e *Entity) forwarded(queue uint32, gen uint64, err error) {
+	f := e.fwd.by[queue]
+	if f == nil || !f.busy || f.gen != gen {
 		return // an earlier send's answer: its message is not the one on its way
 	}
 	f.busy = false
 	reason, refused := forwardRefusal(err)
 	if err != nil && !refused {
-		e.forwardFailed(fmt.Errorf("forward dead-lettered message %d: %w", f.seq, err))
+		e.forwardFailed(f, fmt.Errorf("forward message %d of queue %s: %w", f.seq, queuePath(e.st, e.name, queue), err))
 		return
 	}
 	f.delay, f.retryAt = 0, 0
-	var cmd projection.Command = projection.Settle{Queue: event.DeadLetterQueue, Token: f.token, Outcome: projection.Complete}
+	var cmd projection.Command = projection.Settle{Queue: queue, Token: f.token, Outcome: projection.Complete}
 	if refused {
-		e.logger().Warn("dead-lettered message refused by its forwarding target; moved to the transfer dead-letter queue",
-			"seq", f.seq, "forward_to", f.target, "reason", reason, "err", err)
-		cmd = projection.TransferDeadLetter{Queue: event.DeadLetterQueue, Token: f.token, Reason: reason,
+		e.logger().Warn("message refused by its forwarding target; moved to the transfer dead-letter queue",
+			"queue", queuePath(e.st, e.name, queue), "seq", f.seq, "forward_to", f.target, "reason", reason, "err", err)
+		cmd = projection.TransferDeadLetter{Queue: queue, Token: f.token, Reason: reason,
 			Description: fmt.Sprintf("The message could not be forwarded to %s: %v", f.target, err)}
 	}
 	evs, err := e.decide(cmd)
@@ -280,11 +363,13 @@ func forwardRefusal(err error) (reason string, refused bool) {
 	return "", false
 }
 
-// heldForward finds a dead-lettered message the forwarder locked before
-// (its lock outlived a restart or a failed attempt).
-func (e *Entity) heldForward() (uint64, event.LockToken, bool) {
-	f := &e.fwd
-	q := e.st.Queue(event.DeadLetterQueue)
+// heldForward finds a message of queue the forwarder locked before (its
+// lock outlived a restart or a failed attempt).
+func (e *Entity) heldForward(queue uint32, f *forwardState) (uint64, event.LockToken, bool) {
+	q := e.st.Queue(queue)
+	if q == nil {
+		return 0, event.LockToken{}, false
+	}
 	if f.resumed {
 		if lk, ok := q.Lock(f.seq); ok && lk.Token == f.token && lk.Receiver == ForwardReceiver {
 			return f.seq, f.token, true
@@ -301,8 +386,7 @@ func (e *Entity) heldForward() (uint64, event.LockToken, bool) {
 }
 
 // forwardFailed logs a failed forward and backs off before the next.
-func (e *Entity) forwardFailed(err error) {
-	f := &e.fwd
+func (e *Entity) forwardFailed(f *forwardState, err error) {
 	f.delay = min(max(2*f.delay, firstRetry), maxRetry)
 	f.retryAt = e.now() + int64(f.delay)
 	e.logger().Warn("auto-forwarding failed; will retry", "err", err, "retry_in", f.delay)

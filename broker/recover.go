@@ -71,7 +71,7 @@ func (e *Entity) load(rec *EntityRecovery) error {
 	e.window = log.Window{} // a repair may have cut what it holds
 	cfg := st.Config()
 	e.cfg.Store(&cfg)
-	e.fwd = forwardState{gen: e.fwd.gen}
+	e.fwd = forwarders{gen: e.fwd.gen}
 	e.durable = l.DurableIndex()
 	e.snap.bytesAt = l.Bytes()
 	return nil

@@ -154,7 +154,7 @@ func TestForwardIgnoresAStaleAnswer(t *testing.T) {
 	deadLetterOne(t, src, "y")
 	<-blocked // y's forward is on its way
 	answered := make(chan struct{})
-	src.post(func(e *Entity) { e.forwarded(e.fwd.gen-1, nil); close(answered) })
+	src.post(func(e *Entity) { e.forwarded(event.DeadLetterQueue, e.fwd.gen-1, nil); close(answered) })
 	<-answered
 	if c, _ := src.Counts(event.DeadLetterQueue); c.Total != 1 {
 		close(gate)

@@ -142,13 +142,43 @@ func (e *Entity) notFound(path string) error {
 // $Default rule) and waits until it is durable.
 func (e *Entity) CreateSubscription(name string, cfg Config, rules []RuleSpec) error {
 	cfg.Topic = false
+	if err := e.checkSubscriptionForwarding(name, cfg); err != nil {
+		return err
+	}
 	return e.topicCall(projection.CreateSubscription{Name: name, Config: cfg, Rules: rules})
 }
 
 // UpdateSubscription changes a subscription's config.
 func (e *Entity) UpdateSubscription(name string, cfg Config) error {
 	cfg.Topic = false
+	if err := e.checkSubscriptionForwarding(name, cfg); err != nil {
+		return err
+	}
 	return e.topicCall(projection.UpdateSubscription{Name: name, Config: cfg})
+}
+
+// checkSubscriptionForwarding checks a subscription's forwarding targets:
+// they exist and are not its own topic (which would send each message
+// round until its hops ran out), and a subscription that requires sessions
+// has no ForwardTo, as in Service Bus. A chain of hops beyond the target is
+// cut by the hop count each message carries.
+func (e *Entity) checkSubscriptionForwarding(name string, cfg Config) error {
+	if cfg.RequiresSession && cfg.ForwardTo != "" {
+		return fmt.Errorf("%w: subscription %s requires sessions; ForwardTo is not supported for session-enabled subscriptions",
+			ErrForwarding, name)
+	}
+	for _, target := range []string{cfg.ForwardTo, cfg.ForwardDeadLetteredMessagesTo} {
+		if target == "" {
+			continue
+		}
+		if strings.EqualFold(target, e.name) {
+			return fmt.Errorf("%w: subscription %s cannot forward to its own topic", ErrForwarding, name)
+		}
+		if _, err := e.b.Entity(target); err != nil {
+			return fmt.Errorf("%w: subscription %s forwards to %s, which does not exist", ErrForwarding, name, target)
+		}
+	}
+	return nil
 }
 
 // DeleteSubscription removes a subscription with its messages and rules;

@@ -190,3 +190,75 @@ func TestDeadLettersForwardedToTopic(t *testing.T) {
 		t.Fatalf("after a restart a holds %+v", ds)
 	}
 }
+
+// Subscriptions forward: one's ForwardTo moves what it gets to a queue as
+// it was, another's dead-lettered messages go to a queue saying where they
+// were dead-lettered; two subscriptions forwarding the same message to
+// one queue put it there twice. A subscription cannot forward to its own
+// topic.
+func TestSubscriptionsForward(t *testing.T) {
+	b := openBroker(t, Options{Dir: t.TempDir()})
+	defer b.Close()
+	out, err := b.CreateQueue("out", DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := b.CreateQueue("dead", DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	news, err := b.CreateTopic("news", DefaultTopicConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := DefaultSubscriptionConfig()
+	fwd.ForwardTo = "out"
+	for _, name := range []string{"f1", "f2"} {
+		if err := news.CreateSubscription(name, fwd, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dl := DefaultSubscriptionConfig()
+	dl.ForwardDeadLetteredMessagesTo = "dead"
+	if err := news.CreateSubscription("dl", dl, nil); err != nil {
+		t.Fatal(err)
+	}
+	self := DefaultSubscriptionConfig()
+	self.ForwardTo = "NEWS"
+	if err := news.CreateSubscription("loop", self, nil); !errors.Is(err, ErrForwarding) {
+		t.Fatalf("a subscription forwarding to its topic: %v", err)
+	}
+	sendSync(t, news, colored("m", "red"))
+	dlq, _ := news.SubscriptionQueue("dl")
+	_, ch := peekLock(t, news, dlq, 1)
+	settleSync(t, news, nextDelivery(t, ch), Settlement{Outcome: DeadLetter, Reason: "nope"})
+
+	wait := func(e *Entity, n int) []Delivery {
+		t.Helper()
+		var ds []Delivery
+		for range 500 { // the forwarders work in the background; a hang guard
+			if ds, _ = e.Peek(MainQueue, 1, 10, ""); len(ds) >= n {
+				return ds
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("%s holds %d messages, want %d", e.Name(), len(ds), n)
+		return nil
+	}
+	for _, d := range wait(out, 2) {
+		if d.MessageID != "m" || d.Hops != 1 || len(d.Overlays) != 1 || d.Overlays[0].Source != "" || d.Overlays[0].Reason != "" {
+			t.Fatalf("out holds %+v", d)
+		}
+	}
+	if ds := wait(dead, 1); ds[0].Overlays[0].Reason != "nope" || ds[0].Overlays[0].Source != "news/Subscriptions/dl" {
+		t.Fatalf("dead holds %+v", ds[0])
+	}
+	for _, name := range []string{"f1", "f2", "dl"} {
+		q, _ := news.SubscriptionQueue(name)
+		for _, no := range []uint32{q, q + 1} {
+			if c, _ := news.Counts(no); c.Total != 0 {
+				t.Fatalf("%s queue %d keeps %+v", name, no, c)
+			}
+		}
+	}
+}

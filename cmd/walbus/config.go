@@ -27,6 +27,14 @@ func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Log
 		return err
 	}
 	for _, ns := range f.Namespaces {
+		// Topics first and their subscriptions last: queues may forward
+		// to topics, subscriptions to queues and topics.
+		topics := make([]*broker.Entity, len(ns.Topics))
+		for i, t := range ns.Topics {
+			if topics[i], err = applyTopic(b, t, linkMax, logger); err != nil {
+				return fmt.Errorf("%s: topic %s: %w", path, t.Name, err)
+			}
+		}
 		queues, err := forwardTargetsFirst(ns.Queues)
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
@@ -48,8 +56,8 @@ func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Log
 					"queue", q.Name, "MaxMessageSizeInKilobytes", cfg.MaxMessageSize/1024, "max_message_size", linkMax)
 			}
 		}
-		for _, t := range ns.Topics {
-			if err := applyTopic(b, t, linkMax, logger); err != nil {
+		for i, t := range ns.Topics {
+			if err := applySubscriptions(topics[i], t, logger); err != nil {
 				return fmt.Errorf("%s: topic %s: %w", path, t.Name, err)
 			}
 		}
@@ -58,38 +66,43 @@ func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Log
 }
 
 // applyTopic creates a topic the file lists, or gives an existing one the
-// file's settings, and then its subscriptions and their rules: a
-// subscription the topic lacks is created with the file's rules (or
-// $Default when it lists none); one that exists gets the file's settings,
-// and its rules become the file's, as rule events ordered against the
-// topic's sends. Subscriptions the file does not list are kept.
-func applyTopic(b *broker.Broker, t emuconfig.Topic, linkMax uint64, logger *slog.Logger) error {
+// file's settings.
+func applyTopic(b *broker.Broker, t emuconfig.Topic, linkMax uint64, logger *slog.Logger) (*broker.Entity, error) {
 	e, err := b.CreateTopic(t.Name, t.Config())
 	if errors.Is(err, broker.ErrEntityExists) {
 		if e, err = b.Entity(t.Name); err != nil {
-			return err
+			return nil, err
 		}
 		if !e.IsTopic() {
-			return fmt.Errorf("an entity of that name exists and is not a topic")
+			return nil, fmt.Errorf("an entity of that name exists and is not a topic")
 		}
 		was, err := e.Config()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if changed := configChanges(was, t.Config()); len(changed) > 0 {
 			if err := b.UpdateTopic(t.Name, t.Config()); err != nil {
-				return err
+				return nil, err
 			}
 			logger.Info("topic settings changed to the file's; its messages are kept", "topic", t.Name,
 				"changed", strings.Join(changed, ","))
 		}
 	} else if err != nil {
-		return err
+		return nil, err
 	}
 	if cfg, err := e.Config(); err == nil && uint64(cfg.MaxMessageSize) > linkMax {
 		logger.Warn("topic allows larger messages than --max-message-size; its links take up to that",
 			"topic", t.Name, "MaxMessageSizeInKilobytes", cfg.MaxMessageSize/1024, "max_message_size", linkMax)
 	}
+	return e, nil
+}
+
+// applySubscriptions gives topic e the file's subscriptions and rules: a
+// subscription the topic lacks is created with the file's rules (or
+// $Default when it lists none); one that exists gets the file's settings,
+// and its rules become the file's, as rule events ordered against the
+// topic's sends. Subscriptions the file does not list are kept.
+func applySubscriptions(e *broker.Entity, t emuconfig.Topic, logger *slog.Logger) error {
 	have, err := e.Subscriptions()
 	if err != nil {
 		return err
@@ -108,10 +121,6 @@ func applySubscription(e *broker.Entity, s emuconfig.Subscription, have []broker
 		if strings.EqualFold(have[i].Name, s.Name) {
 			cur = &have[i]
 		}
-	}
-	if cfg := s.Config(); cfg.ForwardTo != "" || cfg.ForwardDeadLetteredMessagesTo != "" {
-		logger.Warn("forwarding from a subscription is not supported yet; its messages stay in it", "topic", e.Name(),
-			"subscription", s.Name, "forward_to", cfg.ForwardTo, "forward_dead_lettered_messages_to", cfg.ForwardDeadLetteredMessagesTo)
 	}
 	if cur == nil {
 		return e.CreateSubscription(s.Name, s.Config(), s.RuleSpecs())
