@@ -184,7 +184,17 @@ func (e *Entity) checkSubscriptionForwarding(name string, cfg Config) error {
 // DeleteSubscription removes a subscription with its messages and rules;
 // its receivers are detached.
 func (e *Entity) DeleteSubscription(name string) error {
-	return e.topicCall(projection.DeleteSubscription{Name: name})
+	if err := e.topicCall(projection.DeleteSubscription{Name: name}); err != nil {
+		return err
+	}
+	// What it held may have kept the log's front: checkpoint and snapshot
+	// now, as an idle entity does, so the disk comes back at once.
+	e.post(func(e *Entity) {
+		if e.failed == nil && !e.snap.running {
+			e.checkpoint(2)
+		}
+	})
+	return nil
 }
 
 // AddRule adds a rule to the subscription whose queue is queue.

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -261,4 +262,48 @@ func TestSubscriptionsForward(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A subscription nobody reads keeps the topic's log from its oldest
+// message on; deleting it gives the disk back at once, not at the next
+// snapshot interval.
+func TestDeletedSubscriptionReleasesTheLog(t *testing.T) {
+	b := openBroker(t, Options{Dir: t.TempDir(), SegmentSize: 64 << 10, IdleCheckpoint: -1})
+	defer b.Close()
+	news, err := b.CreateTopic("news", DefaultTopicConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"read", "slow"} {
+		if err := news.CreateSubscription(s, DefaultSubscriptionConfig(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read, _ := news.SubscriptionQueue("read")
+	ch := make(chan Delivery, 100)
+	r, err := news.Attach(ReceiverOptions{Name: "r", Queue: read, Mode: ReceiveAndDelete, Deliver: func(d Delivery) { ch <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 1024)
+	for i := range 2000 {
+		sendSync(t, news, projection.Message{Body: body, MessageID: fmt.Sprint(i)})
+		r.SetLimit(uint64(i + 1))
+		nextDelivery(t, ch)
+	}
+	news.Sync()
+	held := news.Bytes()
+	if held < 2000*1024 {
+		t.Fatalf("the log holds %d bytes: the slow subscription should keep it", held)
+	}
+	if err := news.DeleteSubscription("slow"); err != nil {
+		t.Fatal(err)
+	}
+	for range 500 { // the checkpoints run on the actor and in the background; a hang guard
+		if news.Bytes() < 4*64<<10 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("after the delete the log still holds %d bytes (before: %d)", news.Bytes(), held)
 }
