@@ -16,8 +16,8 @@ import (
 // ends the senders and receivers on it, with an error.
 type amqpDriver struct {
 	url      string
-	address  string
-	settled  bool // receive-and-delete: the broker sends pre-settled (AMQP 1.0 §2.7.3 snd-settle-mode)
+	address  string // where senders send; receivers get theirs from newReceiver
+	settled  bool   // receive-and-delete: the broker sends pre-settled (AMQP 1.0 §2.7.3 snd-settle-mode)
 	inFlight int
 	run      string
 	payload  []byte
@@ -117,7 +117,7 @@ type amqpReceiver struct {
 // and those already in go-amqp's buffer.
 const maxPrefetched = 256
 
-func (d *amqpDriver) newReceiver(ctx context.Context) (msgReceiver, error) {
+func (d *amqpDriver) newReceiver(ctx context.Context, address string) (msgReceiver, error) {
 	sess, err := d.session(ctx)
 	if err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ func (d *amqpDriver) newReceiver(ctx context.Context) (msgReceiver, error) {
 	if d.settled {
 		opts.RequestedSenderSettleMode = amqp.SenderSettleModeSettled.Ptr()
 	}
-	r, err := sess.NewReceiver(ctx, d.address, opts)
+	r, err := sess.NewReceiver(ctx, address, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -37,15 +37,26 @@ type Config struct {
 	// and ConnString is used; the other is derived from it.
 	ConnString string
 	Client     string // ClientSDK or ClientAMQP
-	Queue      string
+	// Queue is the queue to send to and receive from; Topic, the topic to
+	// send to, whose Subscriptions each get Receivers receivers. One of
+	// the two is set, unless the amqp client has an Address.
+	Queue         string
+	Topic         string
+	Subscriptions []string
 	// Address overrides Queue as the AMQP node address (amqp client only),
 	// for brokers that name queues differently: "/queue/NAME" on
-	// RabbitMQ 4, "/amq/queue/NAME" on RabbitMQ 3.
-	Address   string
+	// RabbitMQ 4, "/amq/queue/NAME" on RabbitMQ 3. With ReceiveAddresses
+	// it is only where senders send.
+	Address string
+	// ReceiveAddresses (amqp client only) are the nodes receivers attach
+	// to, Receivers receivers on each: the queues behind a fan-out that
+	// Address names, such as a RabbitMQ fanout exchange's.
+	ReceiveAddresses []string
+
 	Mode      string // ModePeekLock or ModeReceiveAndDelete
 	Size      int    // body bytes per message
 	Senders   int
-	Receivers int
+	Receivers int // on each subscription or receive address
 	// Batch is messages per send (SDK message batch) and, unless
 	// ReceiveBatch says otherwise, the most messages per SDK receive call.
 	Batch        int
@@ -82,11 +93,13 @@ const maxSize = 100 << 20
 
 const usageText = `Usage: walbus bench [flags]
 
-Drives a queue with senders and receivers for a while and reports send and
-receive throughput, end-to-end latency, and the CPU and memory the broker
-and this client spent per message. Works against walbus, the Service Bus
-emulator or Service Bus (--client sdk), and against any AMQP 1.0 broker,
-RabbitMQ's AMQP 1.0 support for one (--client amqp). The queue must exist.
+Drives a queue, or a topic and its subscriptions, with senders and
+receivers for a while and reports send and receive throughput, end-to-end
+latency, the CPU and memory the broker and this client spent per message,
+and the bytes the broker wrote to disk per message. Works against walbus, the Service Bus emulator or
+Service Bus (--client sdk), and against any AMQP 1.0 broker, RabbitMQ's
+AMQP 1.0 support for one (--client amqp). The queue, topic and
+subscriptions must exist.
 'walbus bench floor --help' describes the do-nothing broker to compare with.
 
 Target:
@@ -98,15 +111,27 @@ Target:
                        client reads the key name and key from --url's user and
                        password (default the emulator's); the amqp client logs in
                        with SASL PLAIN as --url's user, or ANONYMOUS without one
-  --queue NAME         the queue (required unless --address)
+  --queue NAME         the queue (required, unless --topic, or --address
+                       with the amqp client)
+  --topic NAME         a topic instead of a queue: senders send to it, and
+                       --receivers receivers receive from each subscription
+  --subscriptions N|a,b,c
+                       with --topic: subscriptions s1 to sN, or those listed
   --address ADDR       amqp client: the node address, overriding --queue
                        (RabbitMQ 4: /queue/NAME, RabbitMQ 3: /amq/queue/NAME)
+  --receive-addresses a,b,c
+                       amqp client: receive from these nodes, --receivers
+                       receivers on each, while senders send to --address or
+                       --queue; e.g. the queues bound to a fanout exchange
+                       (RabbitMQ 3: --address /exchange/X --receive-addresses
+                       /amq/queue/Q1,/amq/queue/Q2)
 
 Load:
   --size BYTES         message body size (default 1024)
   --senders N          sending connections (default 1; 0 receives what the
-                       queue holds)
-  --receivers N        receiving connections (default 1; 0 sends only)
+                       queue or subscriptions hold)
+  --receivers N        receiving connections (default 1; 0 sends only), on
+                       each subscription or receive address
   --batch B            sdk: messages per SendMessageBatch (1: SendMessage) and
                        most messages per ReceiveMessages (default 1)
   --receive-batch B    sdk: most messages per ReceiveMessages, if not --batch
@@ -122,10 +147,16 @@ Time:
   --duration D         the measured window (default 10s)
 
 Report:
-  --broker-pid PID     broker process to measure CPU and RSS of (Linux); by
-                       default the process listening on the target port, if
-                       it runs on this host as this user
+  --broker-pid PID     broker process to measure CPU, RSS and disk writes of
+                       (Linux); by default the process listening on the
+                       target port, if it runs on this host as this user
   --json               print a JSON object instead of a table
+
+With a topic, or receive addresses, every copy a receiver gets counts as
+received: two subscriptions that each get every message receive twice what
+was sent. Disk writes are the broker's write_bytes in /proc/PID/io over the
+window: what it sent to storage, in pages, not counting the file system's
+journal.
 
 Latency is end to end: from the time a message was due to be sent (with
 --rate, its scheduled time, so a sender that falls behind shows up as
@@ -150,7 +181,16 @@ func ParseArgs(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.ConnString, "conn-string", "", "")
 	fs.StringVar(&cfg.Client, "client", "", "")
 	fs.StringVar(&cfg.Queue, "queue", "", "")
+	fs.StringVar(&cfg.Topic, "topic", "", "")
+	fs.Func("subscriptions", "", func(v string) (err error) {
+		cfg.Subscriptions, err = parseSubscriptions(v)
+		return err
+	})
 	fs.StringVar(&cfg.Address, "address", "", "")
+	fs.Func("receive-addresses", "", func(v string) (err error) {
+		cfg.ReceiveAddresses, err = parseList(v)
+		return err
+	})
 	fs.IntVar(&cfg.Size, "size", cfg.Size, "")
 	fs.IntVar(&cfg.Senders, "senders", cfg.Senders, "")
 	fs.IntVar(&cfg.Receivers, "receivers", cfg.Receivers, "")
@@ -205,10 +245,22 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--client %q: want sdk or amqp", c.Client)
 	case c.Mode != ModePeekLock && c.Mode != ModeReceiveAndDelete:
 		return fmt.Errorf("--mode %q: want peeklock or rad", c.Mode)
-	case c.Queue == "" && (c.Address == "" || c.Client != ClientAMQP):
-		return errors.New("--queue is required")
+	case c.Queue != "" && c.Topic != "":
+		return errors.New("give --queue or --topic, not both")
+	case c.Queue == "" && c.Topic == "" && (c.Address == "" || c.Client != ClientAMQP):
+		return errors.New("--queue or --topic is required")
+	case c.Topic != "" && len(c.Subscriptions) == 0:
+		return errors.New("--topic needs --subscriptions: a number, or the names")
+	case c.Topic == "" && len(c.Subscriptions) > 0:
+		return errors.New("--subscriptions is for --topic")
 	case c.Address != "" && c.Client != ClientAMQP:
 		return errors.New("--address is for --client amqp; the SDK addresses queues by name")
+	case c.Address != "" && c.Topic != "":
+		return errors.New("--address is for a queue or another broker's node; with --topic, senders send to the topic")
+	case len(c.ReceiveAddresses) > 0 && c.Client != ClientAMQP:
+		return errors.New("--receive-addresses is for --client amqp")
+	case len(c.ReceiveAddresses) > 0 && c.Topic != "":
+		return errors.New("--receive-addresses is for --queue or --address; with --topic, receivers receive from --subscriptions")
 	case c.Size < 0 || c.Size > maxSize:
 		return fmt.Errorf("--size %d out of range [0, %d]", c.Size, maxSize)
 	case c.Senders < 0 || c.Receivers < 0:
@@ -234,6 +286,12 @@ func (c *Config) Validate() error {
 	case c.BrokerPID < 0:
 		return fmt.Errorf("--broker-pid %d cannot be negative", c.BrokerPID)
 	}
+	if err := checkNames(c.Subscriptions); err != nil {
+		return fmt.Errorf("--subscriptions: %w", err)
+	}
+	if err := checkNames(c.ReceiveAddresses); err != nil {
+		return fmt.Errorf("--receive-addresses: %w", err)
+	}
 	if c.ConnString != "" {
 		if _, err := parseConnString(c.ConnString); err != nil {
 			return fmt.Errorf("--conn-string: %w", err)
@@ -242,6 +300,52 @@ func (c *Config) Validate() error {
 	}
 	if _, err := parseURL(c.URL); err != nil {
 		return fmt.Errorf("--url: %w", err)
+	}
+	return nil
+}
+
+// maxSubscriptions bounds --subscriptions N: each gets its own receivers,
+// each receiver its own connection.
+const maxSubscriptions = 2000
+
+// parseSubscriptions reads --subscriptions: a count N, for s1 to sN, or a
+// comma-separated list of names.
+func parseSubscriptions(v string) ([]string, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return parseList(v)
+	}
+	if n < 1 || n > maxSubscriptions {
+		return nil, fmt.Errorf("%d subscriptions: want 1 to %d", n, maxSubscriptions)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "s" + strconv.Itoa(i+1)
+	}
+	return names, nil
+}
+
+// parseList splits a comma-separated list, trimming spaces around items.
+func parseList(v string) ([]string, error) {
+	var items []string
+	for item := range strings.SplitSeq(v, ",") {
+		items = append(items, strings.TrimSpace(item))
+	}
+	return items, checkNames(items)
+}
+
+// checkNames refuses empty and repeated names: each is a group of
+// receivers of its own, counted apart.
+func checkNames(names []string) error {
+	seen := make(map[string]bool, len(names))
+	for _, name := range names {
+		switch {
+		case name == "":
+			return errors.New("an empty name")
+		case seen[name]:
+			return fmt.Errorf("%q twice", name)
+		}
+		seen[name] = true
 	}
 	return nil
 }
@@ -379,10 +483,54 @@ func (c *Config) receiveBatch() int {
 	return c.Batch
 }
 
-// address is the AMQP node the amqp client attaches to.
+// address is the AMQP node the amqp client's senders attach to, and its
+// receivers too when there are no receive groups.
 func (c *Config) address() string {
 	if c.Address != "" {
 		return c.Address
 	}
+	if c.Topic != "" {
+		return c.Topic
+	}
 	return c.Queue
+}
+
+// entity is the queue or topic the SDK client sends to.
+func (c *Config) entity() string {
+	if c.Topic != "" {
+		return c.Topic
+	}
+	return c.Queue
+}
+
+// receiveGroups names the groups of --receivers receivers, as the report
+// shows them: the subscriptions, or the receive addresses; nil for the one
+// queue.
+func (c *Config) receiveGroups() []string {
+	if len(c.ReceiveAddresses) > 0 {
+		return c.ReceiveAddresses
+	}
+	return c.Subscriptions
+}
+
+// receiveSources are where each group's receivers receive from, as the
+// client names it: for the amqp client a node address (a subscription's
+// is "topic/Subscriptions/name"), for the SDK a queue or subscription
+// name. One source, the queue, when there are no groups.
+func (c *Config) receiveSources() []string {
+	switch {
+	case len(c.ReceiveAddresses) > 0:
+		return c.ReceiveAddresses
+	case c.Topic != "" && c.Client == ClientAMQP:
+		sources := make([]string, len(c.Subscriptions))
+		for i, s := range c.Subscriptions {
+			sources[i] = c.Topic + "/Subscriptions/" + s
+		}
+		return sources
+	case c.Topic != "":
+		return c.Subscriptions
+	case c.Client == ClientAMQP:
+		return []string{c.address()}
+	}
+	return []string{c.Queue}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +18,7 @@ func TestParseArgsDefaults(t *testing.T) {
 	}
 	want := DefaultConfig()
 	want.Queue, want.Client = "q", ClientSDK
-	if cfg != want {
+	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("got %+v\nwant %+v", cfg, want)
 	}
 	// The SDK finds walbus serve (or the emulator) with its default key.
@@ -31,7 +33,8 @@ func TestParseArgsHelp(t *testing.T) {
 		if _, err := ParseArgs([]string{arg}, &out); !errors.Is(err, flag.ErrHelp) {
 			t.Fatalf("%s: %v", arg, err)
 		}
-		for _, f := range []string{"--url", "--conn-string", "--client", "--queue", "--address", "--size", "--senders",
+		for _, f := range []string{"--url", "--conn-string", "--client", "--queue", "--topic", "--subscriptions", "--address",
+			"--receive-addresses", "--size", "--senders",
 			"--receivers", "--batch", "--receive-batch", "--in-flight", "--rate", "--mode", "--warmup", "--duration", "--broker-pid", "--json"} {
 			if !strings.Contains(out.String(), f+" ") {
 				t.Errorf("help does not describe %s", f)
@@ -63,6 +66,38 @@ func TestParseArgsAccepts(t *testing.T) {
 				return c.Senders == 64 && c.Receivers == 0 && c.Rate == 5000 && c.Duration == 5*time.Second &&
 					c.Warmup == 0 && c.Mode == ModeReceiveAndDelete && c.Batch == 100 && c.receiveBatch() == 20 && c.Size == 0 && c.JSON && c.BrokerPID == 7
 			}},
+		// A topic: senders send to it, receivers to each subscription,
+		// whose amqp address is the topic's path.
+		{[]string{"--topic", "t", "--subscriptions", "3", "--receivers", "2"},
+			func(c Config) bool {
+				return c.Client == ClientSDK && c.entity() == "t" && c.Queue == "" && c.Receivers == 2 &&
+					slices.Equal(c.Subscriptions, []string{"s1", "s2", "s3"}) &&
+					slices.Equal(c.receiveGroups(), []string{"s1", "s2", "s3"}) &&
+					slices.Equal(c.receiveSources(), []string{"s1", "s2", "s3"})
+			}},
+		{[]string{"--url", "amqp://h", "--topic", "t", "--subscriptions", " audit, billing "},
+			func(c Config) bool {
+				return c.Client == ClientAMQP && c.address() == "t" &&
+					slices.Equal(c.receiveGroups(), []string{"audit", "billing"}) &&
+					slices.Equal(c.receiveSources(), []string{"t/Subscriptions/audit", "t/Subscriptions/billing"})
+			}},
+		// A fan-out: senders to --address, receivers to each receive address.
+		{[]string{"--url", "amqp://guest:guest@h:5673", "--address", "/exchange/bench-fan",
+			"--receive-addresses", "/amq/queue/bench-fan-1,/amq/queue/bench-fan-2"},
+			func(c Config) bool {
+				want := []string{"/amq/queue/bench-fan-1", "/amq/queue/bench-fan-2"}
+				return c.address() == "/exchange/bench-fan" &&
+					slices.Equal(c.receiveGroups(), want) && slices.Equal(c.receiveSources(), want)
+			}},
+		// A queue: one group of receivers, named by no list.
+		{[]string{"--queue", "q"},
+			func(c Config) bool {
+				return c.receiveGroups() == nil && slices.Equal(c.receiveSources(), []string{"q"})
+			}},
+		{[]string{"--url", "amqp://h", "--queue", "q", "--address", "/amq/queue/q"},
+			func(c Config) bool {
+				return c.receiveGroups() == nil && slices.Equal(c.receiveSources(), []string{"/amq/queue/q"})
+			}},
 	} {
 		cfg, err := ParseArgs(tc.args, new(bytes.Buffer))
 		if err != nil {
@@ -81,7 +116,7 @@ func TestParseArgsRefuses(t *testing.T) {
 		args []string
 		why  string
 	}{
-		{[]string{}, "--queue is required"},
+		{[]string{}, "--queue or --topic is required"},
 		{[]string{"--queue", "q", "--nope"}, "not defined"},
 		{[]string{"--queue", "q", "extra"}, "unexpected argument"},
 		{[]string{"--queue", "q", "--size", "-1"}, "--size"},
@@ -99,7 +134,7 @@ func TestParseArgsRefuses(t *testing.T) {
 		{[]string{"--queue", "q", "--client", "amqp", "--batch", "10"}, "are for --client sdk"},
 		{[]string{"--queue", "q", "--client", "amqp", "--receive-batch", "10"}, "are for --client sdk"},
 		{[]string{"--queue", "q", "--receive-batch", "-1"}, "--receive-batch"},
-		{[]string{"--address", "/queue/q"}, "--queue is required"},
+		{[]string{"--address", "/queue/q"}, "--queue or --topic is required"},
 		{[]string{"--queue", "q", "--client", "sdk", "--address", "/queue/q"}, "--address is for --client amqp"},
 		{[]string{"--queue", "q", "--url", "http://h"}, "--url"},
 		{[]string{"--queue", "q", "--url", "amqp://"}, "no host"},
@@ -108,6 +143,19 @@ func TestParseArgsRefuses(t *testing.T) {
 		{[]string{"--queue", "q", "--conn-string", "Endpoint=https://h"}, "want sb://host"},
 		{[]string{"--queue", "q", "--conn-string", "Endpoint"}, "not key=value"},
 		{[]string{"--queue", "q", "--broker-pid", "-1"}, "--broker-pid"},
+		{[]string{"--queue", "q", "--topic", "t", "--subscriptions", "2"}, "not both"},
+		{[]string{"--topic", "t"}, "--topic needs --subscriptions"},
+		{[]string{"--queue", "q", "--subscriptions", "2"}, "--subscriptions is for --topic"},
+		{[]string{"--topic", "t", "--subscriptions", "0"}, "want 1 to"},
+		{[]string{"--topic", "t", "--subscriptions", "-3"}, "want 1 to"},
+		{[]string{"--topic", "t", "--subscriptions", "a,,b"}, "empty name"},
+		{[]string{"--topic", "t", "--subscriptions", "a,b,a"}, `"a" twice`},
+		{[]string{"--topic", "t", "--subscriptions", ""}, "empty name"},
+		{[]string{"--url", "amqp://h", "--topic", "t", "--subscriptions", "2", "--address", "/exchange/x"}, "with --topic, senders send to the topic"},
+		{[]string{"--queue", "q", "--receive-addresses", "a,b"}, "--receive-addresses is for --client amqp"},
+		{[]string{"--url", "amqp://h", "--topic", "t", "--subscriptions", "2", "--receive-addresses", "a,b"}, "with --topic, receivers receive from --subscriptions"},
+		{[]string{"--url", "amqp://h", "--address", "/exchange/x", "--receive-addresses", "a, a"}, `"a" twice`},
+		{[]string{"--url", "amqp://h", "--receive-addresses", "a,b"}, "--queue or --topic is required"},
 	} {
 		var out bytes.Buffer
 		_, err := ParseArgs(tc.args, &out)

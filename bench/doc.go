@@ -5,8 +5,12 @@
 // Senders stamp each message with the time it was due to be sent; receivers
 // turn the stamp into an end-to-end latency in an HDR-style histogram. Over
 // a measured window after a warm-up, Run counts messages, reads the broker
-// process's CPU time and RSS from /proc and the bench's own from getrusage,
-// and divides CPU by messages, so a reader sees who pays what.
+// process's CPU time, RSS and disk writes from /proc and the bench's own
+// CPU and RSS from getrusage, and divides by messages, so a reader sees who
+// pays what. Senders send to a queue or a topic (or any AMQP node);
+// receivers receive from the queue, or in a group per subscription (or
+// per listed node, such as the queues behind a RabbitMQ fanout exchange),
+// and every copy counts as received.
 //
 //	cfg, err := bench.ParseArgs(os.Args[1:], os.Stderr)
 //	res, err := bench.Run(ctx, cfg, os.Stderr)

@@ -35,7 +35,8 @@ type delivery struct {
 // would.
 type driver interface {
 	newSender(ctx context.Context) (msgSender, error)
-	newReceiver(ctx context.Context) (msgReceiver, error)
+	// newReceiver receives from source, one of Config.receiveSources.
+	newReceiver(ctx context.Context, source string) (msgReceiver, error)
 	// close closes every connection the driver opened.
 	close(ctx context.Context)
 }

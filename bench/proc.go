@@ -92,6 +92,66 @@ func readProcUsage(pid int) (procUsage, error) {
 	return procUsage{CPU: cpu, RSS: rss}, nil
 }
 
+// procIO is a process's storage writes so far, from /proc/PID/io: the
+// sum over its threads, since it started.
+type procIO struct {
+	// WriteBytes is what the process caused to be sent to storage. A
+	// buffered write is charged when it dirties a page cache page, a page
+	// at a time, so an fsync after each small append costs a page per
+	// append, which is what a durable broker pays; a write to tmpfs is
+	// never charged. The file system's journal, written by a kernel
+	// thread, is not in it.
+	WriteBytes int64
+	// CancelledWriteBytes is the part of WriteBytes that never reached
+	// storage after all: dirty pages of files truncated or deleted first.
+	CancelledWriteBytes int64
+}
+
+// parseProcIO reads write_bytes and cancelled_write_bytes from the text
+// of /proc/PID/io, lines of "name: value" (proc(5)).
+func parseProcIO(data []byte) (procIO, error) {
+	var sample procIO
+	var haveWrite, haveCancelled bool
+	for line := range bytes.Lines(data) {
+		name, value, ok := strings.Cut(string(line), ":")
+		if !ok {
+			continue
+		}
+		var dst *int64
+		switch strings.TrimSpace(name) {
+		case "write_bytes":
+			dst, haveWrite = &sample.WriteBytes, true
+		case "cancelled_write_bytes":
+			dst, haveCancelled = &sample.CancelledWriteBytes, true
+		default:
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+		if err != nil || n < 0 {
+			return procIO{}, fmt.Errorf("io: %s %q", strings.TrimSpace(name), strings.TrimSpace(value))
+		}
+		*dst = n
+	}
+	if !haveWrite || !haveCancelled {
+		return procIO{}, errors.New("io: no write_bytes or cancelled_write_bytes line")
+	}
+	return sample, nil
+}
+
+// readProcIO samples /proc/PID/io. Only the process's owner (or root) may
+// read it, and only kernels with task IO accounting have it.
+func readProcIO(pid int) (procIO, error) {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "io"))
+	if err != nil {
+		return procIO{}, err
+	}
+	sample, err := parseProcIO(data)
+	if err != nil {
+		return procIO{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return sample, nil
+}
+
 // machineTimes is the whole machine's CPU time at one moment, summed over
 // its CPUs: busy is everything but idle and iowait, steal is the part of
 // busy the hypervisor gave to other guests.

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
@@ -47,6 +48,60 @@ func TestParseStatusRSS(t *testing.T) {
 	if _, err := parseStatusRSS([]byte("VmRSS:\t12 MB\n")); err == nil {
 		t.Fatal("unknown unit accepted")
 	}
+}
+
+// write_bytes and cancelled_write_bytes are read; the other counters,
+// which include socket traffic (wchar) or reads, are not.
+func TestParseProcIO(t *testing.T) {
+	got, err := parseProcIO(readTestdata(t, "io"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (procIO{WriteBytes: 731906048, CancelledWriteBytes: 8192}); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for _, bad := range []string{
+		"",
+		"rchar: 1\nwchar: 2\n", // no write lines: no IO accounting
+		"write_bytes: 4096\n",  // half of it
+		"write_bytes: x\ncancelled_write_bytes: 0\n",   // not a number
+		"write_bytes: -1\ncancelled_write_bytes: 0\n",  // negative
+		"write_bytes: 1\ncancelled_write_bytes: 1.5\n", // not an integer
+	} {
+		if _, err := parseProcIO([]byte(bad)); err == nil {
+			t.Errorf("parseProcIO(%q): no error", bad)
+		}
+	}
+}
+
+// This process's own /proc/PID/io can be read, and counts a file it
+// writes and syncs (unless the temporary directory is tmpfs, which
+// charges nothing: then it only has to be readable).
+func TestReadProcIOSelf(t *testing.T) {
+	linuxOnly(t)
+	before, err := readProcIO(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := readProcIO(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.WriteBytes < before.WriteBytes {
+		t.Fatalf("write_bytes went back from %d to %d", before.WriteBytes, after.WriteBytes)
+	}
+	t.Logf("write_bytes grew by %d for a 1 MiB file", after.WriteBytes-before.WriteBytes)
 }
 
 // The "cpu" line is the machine's sum; idle and iowait are the only

@@ -10,9 +10,12 @@ import (
 
 // Result is what a run measured. It marshals to the --json output as is.
 type Result struct {
-	Client    string  `json:"client"`
-	Mode      string  `json:"mode"`
+	Client string `json:"client"`
+	Mode   string `json:"mode"`
+	// Queue is the queue, or the node address senders send to (--address);
+	// empty for a topic.
 	Queue     string  `json:"queue"`
+	Topic     string  `json:"topic,omitempty"`
 	Size      int     `json:"size"`
 	Senders   int     `json:"senders"`
 	Receivers int     `json:"receivers"`
@@ -26,6 +29,7 @@ type Result struct {
 
 	// Messages sent (acknowledged by the broker) and received (and
 	// completed, in peek-lock mode) in the measured window, and their rates.
+	// With a topic or receive addresses, Received counts every copy.
 	Sent        int64   `json:"sent"`
 	Received    int64   `json:"received"`
 	SendRate    float64 `json:"send_per_second"`
@@ -34,6 +38,9 @@ type Result struct {
 	// the queue by an earlier run (a receive-only run drains those), or
 	// sent by someone else. They count in Received but have no latency.
 	Stale int64 `json:"stale"`
+	// ReceivedBy splits Received by subscription, or by receive address:
+	// Receivers receivers each. Nil for a queue.
+	ReceivedBy []GroupResult `json:"received_by,omitempty"`
 
 	// Latency is end to end, due-to-send to arrival; SendLatency is one
 	// send call (a whole batch with --batch), start to acknowledgement.
@@ -50,6 +57,15 @@ type Result struct {
 	Machine *Machine `json:"machine,omitempty"`
 
 	Errors Errors `json:"errors"`
+}
+
+// GroupResult is what one subscription's (or receive address's) receivers
+// received in the measured window.
+type GroupResult struct {
+	Name        string       `json:"name"`
+	Received    int64        `json:"received"`
+	ReceiveRate float64      `json:"receive_per_second"`
+	Latency     LatencyStats `json:"latency"`
 }
 
 // LatencyStats summarizes a histogram, in microseconds.
@@ -80,6 +96,22 @@ type Usage struct {
 	// PeakRSSBytes is the broker's highest sampled RSS in the window, or
 	// the client's highest RSS in its life.
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// Disk is the broker's writes to storage in the window; nil for the
+	// client, and when /proc/PID/io could not be read.
+	Disk *DiskWrites `json:"disk,omitempty"`
+}
+
+// DiskWrites is what a process sent to storage over the measured window:
+// the change in write_bytes of /proc/PID/io. The kernel charges buffered
+// writes a page at a time as they dirty the page cache, so this is pages
+// written, not bytes appended, and the file system's journal is not in it.
+type DiskWrites struct {
+	WriteBytes int64 `json:"write_bytes"`
+	// CancelledBytes is the part of WriteBytes never written after all:
+	// pages of files deleted or truncated before writeback.
+	CancelledBytes   int64   `json:"cancelled_write_bytes"`
+	BytesPerSent     float64 `json:"bytes_per_sent"`
+	BytesPerReceived float64 `json:"bytes_per_received"`
 }
 
 // Machine is how busy the machine's CPUs were over the measured window,
@@ -128,6 +160,13 @@ func (r *Result) Problem() string {
 	case r.Receivers > 0 && r.Received == 0:
 		return "no message was received in the measured window"
 	}
+	if r.Receivers > 0 {
+		for _, g := range r.ReceivedBy {
+			if g.Received == 0 {
+				return fmt.Sprintf("no message was received from %s in the measured window", g.Name)
+			}
+		}
+	}
 	return ""
 }
 
@@ -143,9 +182,25 @@ func (r *Result) WriteText(w io.Writer) error {
 	if r.Rate > 0 {
 		rate = fmt.Sprintf("%g/s", r.Rate)
 	}
-	fmt.Fprintf(&b, "walbus bench: client %s, %s, queue %s, %d-byte messages\n", r.Client, r.Mode, r.Queue, r.Size)
-	fmt.Fprintf(&b, "  %d senders, %d receivers, batch %d (receive %d), in-flight %d, rate %s; measured %.2fs after %gs warm-up\n\n",
-		r.Senders, r.Receivers, r.Batch, r.RecvBatch, r.InFlight, rate, r.MeasuredSeconds, r.WarmupSeconds)
+	receivers := fmt.Sprintf("%d receivers", r.Receivers)
+	groupNames := make([]string, len(r.ReceivedBy))
+	for i, g := range r.ReceivedBy {
+		groupNames[i] = g.Name
+	}
+	switch {
+	case r.Topic != "":
+		fmt.Fprintf(&b, "walbus bench: client %s, %s, topic %s, subscriptions %s, %d-byte messages\n",
+			r.Client, r.Mode, r.Topic, shortList(groupNames), r.Size)
+		receivers += " per subscription"
+	case r.ReceivedBy != nil:
+		fmt.Fprintf(&b, "walbus bench: client %s, %s, sending to %s, receiving from %s, %d-byte messages\n",
+			r.Client, r.Mode, r.Queue, shortList(groupNames), r.Size)
+		receivers += " per address"
+	default:
+		fmt.Fprintf(&b, "walbus bench: client %s, %s, queue %s, %d-byte messages\n", r.Client, r.Mode, r.Queue, r.Size)
+	}
+	fmt.Fprintf(&b, "  %d senders, %s, batch %d (receive %d), in-flight %d, rate %s; measured %.2fs after %gs warm-up\n\n",
+		r.Senders, receivers, r.Batch, r.RecvBatch, r.InFlight, rate, r.MeasuredSeconds, r.WarmupSeconds)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	received := "receive+complete"
@@ -158,9 +213,34 @@ func (r *Result) WriteText(w io.Writer) error {
 	}
 	if r.Receivers > 0 {
 		fmt.Fprintf(tw, "%s\t%.0f\t%d\t%s\t\n", received, r.ReceiveRate, r.Received, latencyCells(r.Latency))
+		if len(r.ReceivedBy) <= maxGroupRows {
+			for _, g := range r.ReceivedBy {
+				fmt.Fprintf(tw, "  %s\t%.0f\t%d\t%s\t\n", g.Name, g.ReceiveRate, g.Received, latencyCells(g.Latency))
+			}
+		}
 	}
 	tw.Flush()
-	b.WriteString("  (send latency: one send call to its acknowledgement; receive latency: end to end)\n\n")
+	b.WriteString("  (send latency: one send call to its acknowledgement; receive latency: end to end)\n")
+	if r.ReceivedBy != nil && r.Receivers > 0 {
+		b.WriteString("  (received counts every copy")
+		if r.Sent > 0 {
+			fmt.Fprintf(&b, ": %.2f per message sent", float64(r.Received)/float64(r.Sent))
+		}
+		b.WriteString(")\n")
+		if len(r.ReceivedBy) > maxGroupRows {
+			lo, hi := r.ReceivedBy[0], r.ReceivedBy[0]
+			for _, g := range r.ReceivedBy {
+				if g.Received < lo.Received {
+					lo = g
+				}
+				if g.Received > hi.Received {
+					hi = g
+				}
+			}
+			fmt.Fprintf(&b, "  (least received: %s, %.0f/s; most: %s, %.0f/s)\n", lo.Name, lo.ReceiveRate, hi.Name, hi.ReceiveRate)
+		}
+	}
+	b.WriteString("\n")
 
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "\tpid\tCPU s\tCPU µs/sent\tCPU µs/received\tpeak RSS\t\n")
@@ -176,6 +256,20 @@ func (r *Result) WriteText(w io.Writer) error {
 			micros(row.u.CPUPerSentMicros), micros(row.u.CPUPerReceivedMicros), formatBytes(row.u.PeakRSSBytes))
 	}
 	tw.Flush()
+	if u := r.Broker; u != nil && u.Disk != nil {
+		copies := "message received"
+		if r.ReceivedBy != nil {
+			copies = "copy received"
+		}
+		fmt.Fprintf(&b, "  broker disk writes: %s", formatSize(float64(u.Disk.WriteBytes)))
+		if u.Disk.BytesPerSent > 0 {
+			fmt.Fprintf(&b, ", %s per message sent", formatSize(u.Disk.BytesPerSent))
+		}
+		if u.Disk.BytesPerReceived > 0 {
+			fmt.Fprintf(&b, ", %s per %s", formatSize(u.Disk.BytesPerReceived), copies)
+		}
+		b.WriteString("\n")
+	}
 	if r.BrokerNote != "" {
 		fmt.Fprintf(&b, "  broker: %s\n", r.BrokerNote)
 	}
@@ -233,6 +327,32 @@ func micros(us float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", us)
+}
+
+// maxGroupRows is the most subscriptions (or receive addresses) the text
+// report lists one by one; past it, it names the least and most received.
+const maxGroupRows = 10
+
+// shortList joins names, or, when there are many, the first few and the
+// last with their number.
+func shortList(names []string) string {
+	if len(names) <= 6 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s, ... %s (%d)", strings.Join(names[:3], ", "), names[len(names)-1], len(names))
+}
+
+// formatSize prints a byte count with a binary unit.
+func formatSize(n float64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", n/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", n/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", n/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", n)
 }
 
 func formatBytes(n int64) string {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 		return nil, err
 	}
 	r := &runner{cfg: cfg, run: newRunID()}
+	for _, source := range cfg.receiveSources() {
+		r.groups = append(r.groups, &receiveGroup{source: source})
+	}
 	payload := make([]byte, cfg.Size)
 	rand.Read(payload) // incompressible, as real payloads tend to be
 	var d driver
@@ -55,7 +59,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 		d.close(closeCtx)
 	}()
 
-	senders, receivers, err := connect(ctx, d, cfg)
+	senders, receivers, err := connect(ctx, d, cfg, r.groups)
 	if err != nil {
 		return nil, err
 	}
@@ -82,13 +86,15 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	r.latency = make([]*histogram, len(receivers))
 	for i, rc := range receivers {
 		r.latency[i] = newHistogram()
-		wg.Go(func() { r.receiveLoop(work, rc, r.latency[i]) })
+		rc.group.latency = append(rc.group.latency, r.latency[i])
+		wg.Go(func() { r.receiveLoop(work, rc.receiver, rc.group, r.latency[i]) })
 	}
 	if progress != nil {
 		wg.Go(func() { r.report(work, progress, start) })
 	}
 
-	// The measured window: sample CPU at both ends, and RSS throughout.
+	// The measured window: sample CPU and disk writes at both ends, and
+	// RSS throughout.
 	if !sleepUntil(ctx, r.windowStart) {
 		r.windowEnd.Store(time.Now().UnixNano()) // cut short in the warm-up
 	}
@@ -118,14 +124,21 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	return res, nil
 }
 
+// groupReceiver is one receiver and the group it receives for.
+type groupReceiver struct {
+	receiver msgReceiver
+	group    *receiveGroup
+}
+
 // connect opens every sender and receiver, concurrently: sixty-four
-// connections one after another would take a while.
-func connect(ctx context.Context, d driver, cfg Config) ([]msgSender, []msgReceiver, error) {
+// connections one after another would take a while. Each group gets
+// cfg.Receivers receivers.
+func connect(ctx context.Context, d driver, cfg Config, groups []*receiveGroup) ([]msgSender, []groupReceiver, error) {
 	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
 	senders := make([]msgSender, cfg.Senders)
-	receivers := make([]msgReceiver, cfg.Receivers)
-	errs := make(chan error, cfg.Senders+cfg.Receivers)
+	receivers := make([]groupReceiver, cfg.Receivers*len(groups))
+	errs := make(chan error, len(senders)+len(receivers))
 	var wg sync.WaitGroup
 	for i := range senders {
 		wg.Go(func() {
@@ -136,10 +149,17 @@ func connect(ctx context.Context, d driver, cfg Config) ([]msgSender, []msgRecei
 		})
 	}
 	for i := range receivers {
+		g := groups[i/cfg.Receivers]
+		receivers[i].group = g
 		wg.Go(func() {
 			var err error
-			if receivers[i], err = d.newReceiver(ctx); err != nil {
-				errs <- fmt.Errorf("receiver %d: %w", i, err)
+			if receivers[i].receiver, err = d.newReceiver(ctx, g.source); err != nil {
+				if cfg.receiveGroups() != nil {
+					err = fmt.Errorf("receiver %d on %s: %w", i%cfg.Receivers, g.source, err)
+				} else {
+					err = fmt.Errorf("receiver %d: %w", i, err)
+				}
+				errs <- err
 			}
 		})
 	}
@@ -165,6 +185,9 @@ type runner struct {
 	sentAll, receivedAll, errorsAll atomic.Int64
 	// In the measured window.
 	sent, received, stale atomic.Int64
+	// Where receivers receive from: one group for a queue, one for each
+	// subscription or receive address. Fixed before any worker starts.
+	groups []*receiveGroup
 
 	// One histogram per goroutine that records, merged at the end.
 	latency     []*histogram // end to end, per receiver
@@ -172,6 +195,14 @@ type runner struct {
 
 	mu     sync.Mutex
 	errors Errors
+}
+
+// receiveGroup is one source's receivers and what they received in the
+// window.
+type receiveGroup struct {
+	source   string
+	received atomic.Int64
+	latency  []*histogram // its receivers' histograms, among runner.latency
 }
 
 func newRunID() string {
@@ -267,7 +298,7 @@ func (r *runner) sendLoop(ctx context.Context, s msgSender, p *pacer, h *histogr
 // run that arrives in the window, whenever it was sent: a backlog built
 // up in the warm-up is latency the window really sees, and counting only
 // messages sent in the window would keep just the ones that overtook it.
-func (r *runner) receiveLoop(ctx context.Context, rc msgReceiver, h *histogram) {
+func (r *runner) receiveLoop(ctx context.Context, rc msgReceiver, g *receiveGroup, h *histogram) {
 	settle := make(chan delivery)
 	var settlers sync.WaitGroup
 	for range r.cfg.InFlight {
@@ -279,7 +310,7 @@ func (r *runner) receiveLoop(ctx context.Context, rc msgReceiver, h *histogram) 
 					r.failed(ctx, "complete", err)
 					continue
 				}
-				r.delivered(dl, time.Now())
+				r.delivered(dl, g, time.Now())
 			}
 		})
 	}
@@ -297,7 +328,7 @@ func (r *runner) receiveLoop(ctx context.Context, rc msgReceiver, h *histogram) 
 				h.Record(now.Sub(time.Unix(0, dl.sent)))
 			}
 			if dl.settle == nil {
-				r.delivered(dl, now)
+				r.delivered(dl, g, now)
 				continue
 			}
 			select {
@@ -312,13 +343,15 @@ func (r *runner) receiveLoop(ctx context.Context, rc msgReceiver, h *histogram) 
 	}
 }
 
-// delivered counts a message received (and settled, in peek-lock mode).
-func (r *runner) delivered(dl delivery, at time.Time) {
+// delivered counts a message received (and settled, in peek-lock mode)
+// by one of g's receivers.
+func (r *runner) delivered(dl delivery, g *receiveGroup, at time.Time) {
 	r.receivedAll.Add(1)
 	if !r.inWindow(at) {
 		return
 	}
 	r.received.Add(1)
+	g.received.Add(1)
 	if !dl.ours {
 		r.stale.Add(1)
 	}
@@ -372,6 +405,24 @@ func (r *runner) result(measured time.Duration) *Result {
 		res.SendRate = float64(res.Sent) / res.MeasuredSeconds
 		res.ReceiveRate = float64(res.Received) / res.MeasuredSeconds
 	}
+	if names := c.receiveGroups(); names != nil {
+		// A topic's run, or a fan-out's: how the copies spread.
+		if c.Topic != "" {
+			res.Queue, res.Topic = "", c.Topic
+		}
+		for i, g := range r.groups {
+			h := newHistogram()
+			for _, rh := range g.latency {
+				h.Merge(rh)
+			}
+			n := g.received.Load()
+			gr := GroupResult{Name: names[i], Received: n, Latency: summarize(h)}
+			if res.MeasuredSeconds > 0 {
+				gr.ReceiveRate = float64(n) / res.MeasuredSeconds
+			}
+			res.ReceivedBy = append(res.ReceivedBy, gr)
+		}
+	}
 	return res
 }
 
@@ -403,6 +454,10 @@ type brokerWatch struct {
 	stop        chan struct{}
 	done        sync.WaitGroup
 	err         error
+	// Disk writes, apart: /proc/PID/io may be unreadable (another user's
+	// process) where stat and status are not.
+	ioStart, ioLast procIO
+	ioErr           error
 }
 
 // watchBroker picks the broker process: --broker-pid, or the listener on
@@ -437,6 +492,7 @@ func (w *brokerWatch) begin() {
 	if w.start, w.err = readProcUsage(w.pid); w.err != nil {
 		return
 	}
+	w.ioStart, w.ioErr = readProcIO(w.pid)
 	w.peakRSS.Store(w.start.RSS)
 	w.stop = make(chan struct{})
 	w.done.Go(func() {
@@ -462,6 +518,9 @@ func (w *brokerWatch) end() {
 	close(w.stop)
 	w.done.Wait()
 	w.last, w.err = readProcUsage(w.pid)
+	if w.ioErr == nil {
+		w.ioLast, w.ioErr = readProcIO(w.pid)
+	}
 }
 
 // usage is the broker's share, or why there is none.
@@ -475,7 +534,33 @@ func (w *brokerWatch) usage(sent, received int64) (*Usage, string) {
 	u := perMessage(w.last.CPU-w.start.CPU, max(w.peakRSS.Load(), w.last.RSS), sent, received)
 	u.PID = w.pid
 	u.SameProcess = w.pid == os.Getpid()
-	return u, w.note
+	var notes []string
+	if w.note != "" {
+		notes = append(notes, w.note)
+	}
+	if w.ioErr != nil {
+		notes = append(notes, "disk writes not measured: "+w.ioErr.Error())
+	} else {
+		u.Disk = diskPerMessage(w.ioStart, w.ioLast, sent, received)
+		if sent > 0 && u.Disk.WriteBytes == 0 {
+			notes = append(notes, "it wrote nothing to storage in the window (messages in memory only, or on tmpfs?)")
+		}
+	}
+	return u, strings.Join(notes, "; ")
+}
+
+// diskPerMessage divides the storage writes between two samples over the
+// messages sent and received.
+func diskPerMessage(from, to procIO, sent, received int64) *DiskWrites {
+	d := &DiskWrites{WriteBytes: to.WriteBytes - from.WriteBytes,
+		CancelledBytes: to.CancelledWriteBytes - from.CancelledWriteBytes}
+	if sent > 0 {
+		d.BytesPerSent = float64(d.WriteBytes) / float64(sent)
+	}
+	if received > 0 {
+		d.BytesPerReceived = float64(d.WriteBytes) / float64(received)
+	}
+	return d
 }
 
 // perMessage divides cpu over the messages sent and received.

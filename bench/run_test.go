@@ -22,15 +22,43 @@ import (
 // startWalbus serves a real broker, in this process, with the queues.
 func startWalbus(t *testing.T, queues ...string) string {
 	t.Helper()
+	return serveWalbus(t, func(b *broker.Broker) {
+		for _, q := range queues {
+			if _, err := b.CreateQueue(q, projection.DefaultConfig()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// startWalbusTopics serves a real broker, in this process, with the
+// topics, each with the subscriptions s1 to sN.
+func startWalbusTopics(t *testing.T, subscriptions int, topics ...string) string {
+	t.Helper()
+	return serveWalbus(t, func(b *broker.Broker) {
+		for _, name := range topics {
+			topic, err := b.CreateTopic(name, broker.DefaultTopicConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range subscriptions {
+				if err := topic.CreateSubscription(fmt.Sprintf("s%d", i+1), broker.DefaultSubscriptionConfig(), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	})
+}
+
+// serveWalbus serves a real broker, in this process, after setup has
+// created its entities.
+func serveWalbus(t *testing.T, setup func(*broker.Broker)) string {
+	t.Helper()
 	b, _, err := broker.Open(broker.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range queues {
-		if _, err := b.CreateQueue(q, projection.DefaultConfig()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setup(b)
 	keys, err := sas.NewKeys(sas.Key{Name: emulatorKeyName, Value: emulatorKey, Rights: sas.Manage})
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +155,77 @@ func TestRunAgainstWalbus(t *testing.T) {
 			var back Result
 			if data, err := json.Marshal(res); err != nil || json.Unmarshal(data, &back) != nil || back.Sent != res.Sent {
 				t.Fatalf("json round trip: %v", err)
+			}
+		})
+	}
+}
+
+// A topic run sends each message once and receives a copy on every
+// subscription: with the SDK, with go-amqp attached to the subscriptions'
+// paths, and with go-amqp given those paths as --receive-addresses (as for
+// another broker's fan-out). Every subscription's receivers get copies,
+// and the broker's disk writes are measured.
+func TestRunTopicAgainstWalbus(t *testing.T) {
+	// A topic each, so no run drains another's backlog.
+	addr := startWalbusTopics(t, 2, "sdk", "amqp", "fanout")
+	conn := fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s;UseDevelopmentEmulator=true", addr, emulatorKeyName, emulatorKey)
+	url := fmt.Sprintf("amqp://%s:%s@%s", emulatorKeyName, emulatorKey, addr)
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		header string
+	}{
+		{"sdk", []string{"--conn-string", conn, "--topic", "sdk", "--subscriptions", "2", "--batch", "5"},
+			"topic sdk, subscriptions s1, s2"},
+		{"amqp", []string{"--url", url, "--topic", "amqp", "--subscriptions", "s1,s2", "--in-flight", "4"},
+			"topic amqp, subscriptions s1, s2"},
+		{"fanout", []string{"--url", url, "--address", "fanout",
+			"--receive-addresses", "fanout/Subscriptions/s1,fanout/Subscriptions/s2", "--in-flight", "4"},
+			"sending to fanout, receiving from fanout/Subscriptions/s1, fanout/Subscriptions/s2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--size", "256", "--warmup", "300ms", "--duration", "1500ms", "--receivers", "2"}, tc.args...)
+			cfg, err := ParseArgs(args, os.Stderr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			res, err := Run(ctx, cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var text bytes.Buffer
+			if err := res.WriteText(&text); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("\n%s", text.String())
+			if res.Failed() || res.Errors.Warmup > 0 {
+				t.Fatalf("errors: %+v (%s)", res.Errors, res.Problem())
+			}
+			if res.Sent == 0 || res.Stale != 0 || len(res.ReceivedBy) != 2 || res.Latency.Count == 0 {
+				t.Fatalf("sent %d, stale %d, by group %+v, latency %+v", res.Sent, res.Stale, res.ReceivedBy, res.Latency)
+			}
+			var copies int64
+			for _, g := range res.ReceivedBy {
+				if g.Received == 0 || g.ReceiveRate <= 0 {
+					t.Fatalf("group %+v received nothing", g)
+				}
+				copies += g.Received
+			}
+			if copies != res.Received {
+				t.Fatalf("groups received %d in all, the run %d", copies, res.Received)
+			}
+			if !strings.Contains(text.String(), tc.header) || !strings.Contains(text.String(), "2 receivers per ") {
+				t.Fatalf("the report does not say %q and its receivers", tc.header)
+			}
+			if runtime.GOOS == "linux" {
+				if res.Broker == nil || res.Broker.Disk == nil || res.Broker.Disk.BytesPerSent < 0 {
+					t.Fatalf("broker %+v (%s)", res.Broker, res.BrokerNote)
+				}
+				if !strings.Contains(text.String(), "broker disk writes:") {
+					t.Fatal("the text report does not give the broker's disk writes")
+				}
 			}
 		})
 	}

@@ -13,7 +13,8 @@ import (
 // retry policy: what an application would see.
 type sdkDriver struct {
 	connString string
-	queue      string
+	entity     string // the queue or topic senders send to
+	topic      string // receivers receive from its subscriptions; "": from the queue
 	mode       azservicebus.ReceiveMode
 	batch      int // messages per receive call
 	run        string
@@ -28,7 +29,7 @@ func newSDKDriver(cfg Config, run string, payload []byte) *sdkDriver {
 	if cfg.Mode == ModeReceiveAndDelete {
 		mode = azservicebus.ReceiveModeReceiveAndDelete
 	}
-	return &sdkDriver{connString: cfg.sdkConnString(), queue: cfg.Queue, mode: mode,
+	return &sdkDriver{connString: cfg.sdkConnString(), entity: cfg.entity(), topic: cfg.Topic, mode: mode,
 		batch: cfg.receiveBatch(), run: run, payload: payload}
 }
 
@@ -65,7 +66,7 @@ func (d *sdkDriver) newSender(ctx context.Context) (msgSender, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.NewSender(d.queue, nil)
+	s, err := c.NewSender(d.entity, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -117,12 +118,20 @@ type sdkReceiver struct {
 	r *azservicebus.Receiver
 }
 
-func (d *sdkDriver) newReceiver(ctx context.Context) (msgReceiver, error) {
+// newReceiver receives from the queue, or from the topic's subscription
+// source.
+func (d *sdkDriver) newReceiver(ctx context.Context, source string) (msgReceiver, error) {
 	c, err := d.client()
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.NewReceiverForQueue(d.queue, &azservicebus.ReceiverOptions{ReceiveMode: d.mode})
+	opts := &azservicebus.ReceiverOptions{ReceiveMode: d.mode}
+	var r *azservicebus.Receiver
+	if d.topic != "" {
+		r, err = c.NewReceiverForSubscription(d.topic, source, opts)
+	} else {
+		r, err = c.NewReceiverForQueue(source, opts)
+	}
 	if err != nil {
 		return nil, err
 	}

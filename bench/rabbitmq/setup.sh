@@ -7,6 +7,8 @@
 # The guest/guest user works, as by default, from loopback only.
 # Then, e.g.:
 #   walbus bench --url amqp://guest:guest@127.0.0.1:5673 --address /amq/queue/bench-q
+# For the peer of a walbus topic, a fanout exchange into N quorum queues,
+# run fanout.sh beside this script next: its header has the command line.
 # Stop it with: rabbitmqctl stop
 set -euo pipefail
 
