@@ -40,9 +40,14 @@ type SubscriptionStats struct {
 
 // sub returns the counters of the subscription that owns queue no.
 func (s *stats) sub(no uint32) *subCounters {
-	no -= no % event.QueueGroup
 	s.subsMu.Lock()
 	defer s.subsMu.Unlock()
+	return s.subLocked(no)
+}
+
+// subLocked is sub with subsMu held.
+func (s *stats) subLocked(no uint32) *subCounters {
+	no -= no % event.QueueGroup
 	c := s.subs[no]
 	if c == nil {
 		if s.subs == nil {
@@ -59,9 +64,11 @@ func (s *stats) countSubscription(ev *event.Event) {
 	switch ev.Type {
 	case event.Published:
 		routes, _ := event.DecodeRoutes(ev.Props)
+		s.subsMu.Lock()
 		for _, no := range routes {
-			s.sub(no).enqueued.Add(1)
+			s.subLocked(no).enqueued.Add(1)
 		}
+		s.subsMu.Unlock()
 	case event.Copied:
 		s.sub(ev.Queue).enqueued.Add(1)
 		if ev.Reason != "" {

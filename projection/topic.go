@@ -645,11 +645,16 @@ func (e *Entity) applyPublished(ev *event.Event) error {
 		}
 		q.remove(ev.Seq, m)
 	}
+	subs := e.topic.subs
 	for _, no := range routes {
-		s := e.SubscriptionOf(no)
-		if s == nil || s.no != no {
+		// Both ascend: walk the subscriptions along.
+		for len(subs) > 0 && subs[0].no < no {
+			subs = subs[1:]
+		}
+		if len(subs) == 0 || subs[0].no != no {
 			return fmt.Errorf("event %d: routed to queue %d, which no subscription has", ev.Index, no)
 		}
+		s := subs[0]
 		q := e.queues[no]
 		e.enqueue(q, ev.Index, ev.Pos, ev.SessionID, subExpiry(s, ev.Until, ev.Time))
 		q.dropStaleTimers()
