@@ -130,6 +130,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(h.e.Encode(nil))
 	}
 	f.Add(New().Encode(nil))
+	f.Add(topicSeed(f).Encode(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := Decode(b)
 		if err != nil {

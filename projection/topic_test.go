@@ -14,13 +14,13 @@ import (
 // topicLog drives an Entity as the broker does: Decide, number the events
 // as the log would, Apply. It keeps every event, for replays.
 type topicLog struct {
-	t   *testing.T
+	t   testing.TB
 	e   *Entity
 	evs []event.Event
 	now int64
 }
 
-func newTopicLog(t *testing.T) *topicLog {
+func newTopicLog(t testing.TB) *topicLog {
 	l := &topicLog{t: t, e: New(), now: 1_000_000_000}
 	l.must(Configure{Name: "orders", Config: DefaultTopicConfig()})
 	return l
@@ -347,4 +347,27 @@ func TestActionTimeToLive(t *testing.T) {
 	if got := time.Duration(evs[1].Until - evs[1].Time); got != time.Minute {
 		t.Errorf("the copy lives %v", got)
 	}
+}
+
+// topicSeed is a topic with subscriptions of every kind holding
+// messages, locks, copies and dead-lettered messages: a seed for FuzzDecode.
+func topicSeed(t testing.TB) *Entity {
+	l := newTopicLog(t)
+	l.must(CreateSubscription{Name: "all", Config: DefaultSubscriptionConfig()})
+	cfg := DefaultSubscriptionConfig()
+	cfg.RequiresSession = true
+	l.must(CreateSubscription{Name: "sessions", Config: cfg})
+	l.must(CreateSubscription{Name: "copies", Config: DefaultSubscriptionConfig(), Rules: []RuleSpec{
+		sqlRule("a", "1=1", "SET tag = 'a'"), {Name: "c", Filter: FilterSpec{Kind: FilterCorrelation,
+			Correlation: &CorrelationSpec{Subject: str("x"), Properties: []filter.Property{{Name: "n", Value: filter.IntValue(1)}}}}}}})
+	l.must(CreateSubscription{Name: "gone", Config: DefaultSubscriptionConfig()})
+	for i := range 5 {
+		l.must(Send{Messages: []Message{{Body: []byte("x"), MessageID: fmt.Sprint(i), SessionID: "s",
+			Filter: &filter.Message{Label: filter.StringValue("x"), Properties: []filter.Property{{Name: "n", Value: filter.IntValue(int64(i % 2))}}}}}})
+	}
+	l.must(DeleteSubscription{Name: "gone"})
+	all := l.e.Subscription("all").Queue()
+	lk := l.must(Lock{Queue: all, Receiver: "r", Max: 2, Limit: 1 << 62, Nonce: 7})
+	l.must(Settle{Queue: all, Token: lk[0].Token, Outcome: DeadLetter, Reason: "r"})
+	return l.e
 }
