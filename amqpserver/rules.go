@@ -386,29 +386,20 @@ func ruleFloorDiv(a, b int64) int64 {
 }
 
 // ruleValueAMQP is the AMQP value enumerate-rules writes for a stored
-// property value. An Int goes as an int when it fits, else as a long: the
-// broker keeps one integer kind, not the width it was sent with.
+// property value: as a rule action writes it (amqpValue), but an Int as an
+// int when it fits (the broker keeps one integer kind, not the width it
+// was sent with) and a duration as .NET's described timespan, the type it
+// came in (add-rule takes no other).
 func ruleValueAMQP(v broker.FilterValue) any {
 	switch v.Kind() {
-	case broker.KindBool:
-		return v.Bool()
 	case broker.KindInt:
 		if n := v.Int(); n >= math.MinInt32 && n <= math.MaxInt32 {
 			return int32(n)
 		}
-		return v.Int()
-	case broker.KindDouble, broker.KindDecimal:
-		return v.Float()
-	case broker.KindString:
-		return v.Text()
-	case broker.KindTimestamp:
-		return encoding.Timestamp(v.Time().UnixMilli())
 	case broker.KindDuration:
 		return encoding.Described{Descriptor: ruleDescTimeSpan, Value: v.Ticks()}
-	case broker.KindUUID:
-		return encoding.UUID(v.UUID())
 	}
-	return nil // null, and opaque values, which add-rule never stores
+	return amqpValue(v) // null, and opaque values, which add-rule never stores, as null
 }
 
 // encodeRuleDescription is a rule as enumerate-rules lists it: the

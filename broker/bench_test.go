@@ -29,18 +29,7 @@ func BenchmarkRestart1M(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		body := make([]byte, 1024)
-		batch := make([]projection.Message, 1000)
-		for sent := 0; sent < n; sent += len(batch) {
-			for i := range batch {
-				batch[i] = projection.Message{Body: body}
-			}
-			ch := make(chan error, 1)
-			e.Send(event.MainQueue, batch, func(err error) { ch <- err })
-			if err := <-ch; err != nil {
-				b.Fatal(err)
-			}
-		}
+		sendBacklog(b, e, n)
 		e.Sync()
 		if n == 1_000_000 {
 			br.Close() // writes the snapshot at 1M
@@ -68,6 +57,22 @@ func BenchmarkRestart1M(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(took.Seconds()/float64(b.N), "s/restart")
+}
+
+// sendBacklog sends n 1 KiB messages to e, a thousand at a time.
+func sendBacklog(b *testing.B, e *Entity, n int) {
+	body := make([]byte, 1024)
+	batch := make([]projection.Message, 1000)
+	for sent := 0; sent < n; sent += len(batch) {
+		for i := range batch {
+			batch[i] = projection.Message{Body: body}
+		}
+		ch := make(chan error, 1)
+		e.Send(event.MainQueue, batch, func(err error) { ch <- err })
+		if err := <-ch; err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // cpuTime is the process's user+system CPU time.
@@ -208,18 +213,7 @@ func BenchmarkRestartTopic100Subs(b *testing.B) {
 				}
 			}
 		}
-		body := make([]byte, 1024)
-		batch := make([]projection.Message, 1000)
-		for sent := 0; sent < n; sent += len(batch) {
-			for i := range batch {
-				batch[i] = projection.Message{Body: body}
-			}
-			ch := make(chan error, 1)
-			e.Send(event.MainQueue, batch, func(err error) { ch <- err })
-			if err := <-ch; err != nil {
-				b.Fatal(err)
-			}
-		}
+		sendBacklog(b, e, n)
 		if settle {
 			for i := 0; i < subs; i += 10 {
 				q, _ := e.SubscriptionQueue(fmt.Sprint("s", i))
