@@ -146,8 +146,8 @@ func audienceExists(b *broker.Broker, path string) bool {
 		return true // not a missing entity: the link attach reports it
 	}
 	if !e.IsTopic() {
-		_, _, subscription := splitSubscription(path)
-		return !subscription
+		_, _, below := splitSubscription(path) // a queue has no subscriptions
+		return !below
 	}
 	if n := len(path) - len("/$management"); n >= 0 && strings.EqualFold(path[n:], "/$management") {
 		path = path[:n]
