@@ -436,8 +436,9 @@ func (e *Entity) tick() {
 }
 
 // maybeSnapshot starts a background snapshot when enough has happened since
-// the last one. The actor pays only for encoding the state; compression,
-// fsync and front truncation happen on another goroutine.
+// the last one. The actor pays only for a frozen copy of the state;
+// encoding, compression, fsync and front truncation happen on another
+// goroutine.
 func (e *Entity) maybeSnapshot() {
 	o := e.b.opts
 	if e.snap.running || e.snap.sinceLast < o.SnapshotEvery && e.log.Bytes()-e.snap.bytesAt < o.SnapshotBytes {
@@ -450,7 +451,9 @@ func (e *Entity) maybeSnapshot() {
 // up to it (a snapshot must never claim events a crash could take back).
 // then, if not nil, is called with the outcome on the actor.
 func (e *Entity) startSnapshot(then func(error)) {
-	raw := e.st.Encode(nil)
+	// Copying costs the actor far less than encoding: a topic with 100
+	// subscriptions and a backlog of 200,000 held it for 3.9 s to encode.
+	frozen := e.st.Frozen()
 	index := e.st.LastIndex()
 	firstNeeded := e.st.FirstNeededFrom(e.archivedThrough() + 1)
 	e.snap.running = true
@@ -465,6 +468,7 @@ func (e *Entity) startSnapshot(then func(error)) {
 	// The file is written off the actor, which goes on serving; the result
 	// comes back through post.
 	go func() {
+		raw := frozen.Encode(nil)
 		err := <-barrier
 		start := time.Now()
 		if err == nil {
