@@ -307,3 +307,72 @@ func TestDeletedSubscriptionReleasesTheLog(t *testing.T) {
 	}
 	t.Fatalf("after the delete the log still holds %d bytes (before: %d)", news.Bytes(), held)
 }
+
+// A subscription's own settings govern its messages: its time to live
+// (shorter than the topic's) with dead-lettering on expiry, and its
+// MaxDeliveryCount, while another subscription of the same topic keeps the
+// defaults.
+func TestSubscriptionSettingsApplyToItsMessages(t *testing.T) {
+	clock := NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	b := openBroker(t, Options{Dir: t.TempDir(), Clock: clock, IdleCheckpoint: -1})
+	defer b.Close()
+	cfg := DefaultTopicConfig()
+	cfg.DefaultTTL = time.Hour
+	news, err := b.CreateTopic("news", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := DefaultSubscriptionConfig()
+	short.DefaultTTL, short.DeadLetterOnExpiry, short.MaxDeliveryCount = time.Minute, true, 2
+	if err := news.CreateSubscription("short", short, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := news.CreateSubscription("plain", DefaultSubscriptionConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	sendSync(t, news, colored("a", "red"), colored("b", "red"))
+	sq, _ := news.SubscriptionQueue("short")
+	pq, _ := news.SubscriptionQueue("plain")
+
+	// a: abandoned twice in "short" reaches its MaxDeliveryCount of 2.
+	r, ch := peekLock(t, news, sq, 1)
+	for i := range 2 {
+		d := nextDelivery(t, ch)
+		if d.MessageID != "a" {
+			t.Fatalf("delivered %q", d.MessageID)
+		}
+		if d.ExpiresAt != d.EnqueuedAt+int64(time.Minute) {
+			t.Fatalf("expires %v after its enqueue, want the subscription's minute", time.Duration(d.ExpiresAt-d.EnqueuedAt))
+		}
+		settleSync(t, news, d, Settlement{Outcome: Abandon})
+		if i == 0 {
+			r.SetLimit(2)
+		}
+	}
+	r.Detach(nil)
+	// Past a minute, b, which "short" still holds, expires into its
+	// dead-letter queue; "plain" keeps both for the topic's hour.
+	clock.Advance(2 * time.Minute)
+	for _, e := range b.Entities() {
+		e.Sync()
+	}
+	var dl []Delivery
+	for range 500 { // the expiry is the actor's timer; a hang guard
+		if dl, _ = news.Peek(sq+1, 1, 10, ""); len(dl) == 2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	reasons := map[string]bool{}
+	for _, d := range dl {
+		for _, ov := range d.Overlays {
+			reasons[ov.Reason] = true
+		}
+	}
+	if len(dl) != 2 || !reasons[ReasonMaxDeliveryCount] || !reasons["TTLExpiredException"] {
+		t.Fatalf("short's dead-letter queue holds %+v", dl)
+	}
+	if c, _ := news.Counts(pq); c.Available != 2 {
+		t.Fatalf("plain holds %+v", c)
+	}
+}
