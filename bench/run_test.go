@@ -98,25 +98,7 @@ func TestRunAgainstWalbus(t *testing.T) {
 		{"paced", []string{"--url", "amqp://" + addr, "--client", "sdk", "--rate", "200", "--mode", "rad"}},
 	} {
 		t.Run(tc.queue, func(t *testing.T) {
-			args := append([]string{"--queue", tc.queue, "--size", "256", "--warmup", "300ms", "--duration", "1500ms"}, tc.args...)
-			cfg, err := ParseArgs(args, os.Stderr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			res, err := Run(ctx, cfg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var text bytes.Buffer
-			if err := res.WriteText(&text); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("\n%s", text.String())
-			if res.Failed() || res.Errors.Warmup > 0 {
-				t.Fatalf("errors: %+v", res.Errors)
-			}
+			res, text := runArgs(t, append([]string{"--queue", tc.queue, "--size", "256", "--warmup", "300ms", "--duration", "1500ms"}, tc.args...))
 			if res.Sent == 0 || res.Received == 0 || res.SendRate <= 0 || res.ReceiveRate <= 0 {
 				t.Fatalf("sent %d received %d", res.Sent, res.Received)
 			}
@@ -148,7 +130,7 @@ func TestRunAgainstWalbus(t *testing.T) {
 					m.StolenCPUs < 0 || m.StolenCPUs > m.BusyCPUs {
 					t.Fatalf("machine %+v; this process used %.2f CPUs", m, own)
 				}
-				if !strings.Contains(text.String(), "CPUs busy") {
+				if !strings.Contains(text, "CPUs busy") {
 					t.Fatal("the text report does not say how busy the machine was")
 				}
 			}
@@ -165,6 +147,31 @@ func TestRunAgainstWalbus(t *testing.T) {
 // paths, and with go-amqp given those paths as --receive-addresses (as for
 // another broker's fan-out). Every subscription's receivers get copies,
 // and the broker's disk writes are measured.
+// runArgs parses args, runs the bench (20 s at most) and fails the test if
+// the run failed; it returns the result and its text report, logged.
+func runArgs(t *testing.T, args []string) (*Result, string) {
+	t.Helper()
+	cfg, err := ParseArgs(args, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := Run(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	if err := res.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", text.String())
+	if res.Failed() || res.Errors.Warmup > 0 {
+		t.Fatalf("errors: %+v (%s)", res.Errors, res.Problem())
+	}
+	return res, text.String()
+}
+
 func TestRunTopicAgainstWalbus(t *testing.T) {
 	// A topic each, so no run drains another's backlog.
 	addr := startWalbusTopics(t, 2, "sdk", "amqp", "fanout")
@@ -184,25 +191,7 @@ func TestRunTopicAgainstWalbus(t *testing.T) {
 			"sending to fanout, receiving from fanout/Subscriptions/s1, fanout/Subscriptions/s2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"--size", "256", "--warmup", "300ms", "--duration", "1500ms", "--receivers", "2"}, tc.args...)
-			cfg, err := ParseArgs(args, os.Stderr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			res, err := Run(ctx, cfg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var text bytes.Buffer
-			if err := res.WriteText(&text); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("\n%s", text.String())
-			if res.Failed() || res.Errors.Warmup > 0 {
-				t.Fatalf("errors: %+v (%s)", res.Errors, res.Problem())
-			}
+			res, text := runArgs(t, append([]string{"--size", "256", "--warmup", "300ms", "--duration", "1500ms", "--receivers", "2"}, tc.args...))
 			if res.Sent == 0 || res.Stale != 0 || len(res.ReceivedBy) != 2 || res.Latency.Count == 0 {
 				t.Fatalf("sent %d, stale %d, by group %+v, latency %+v", res.Sent, res.Stale, res.ReceivedBy, res.Latency)
 			}
@@ -216,14 +205,14 @@ func TestRunTopicAgainstWalbus(t *testing.T) {
 			if copies != res.Received {
 				t.Fatalf("groups received %d in all, the run %d", copies, res.Received)
 			}
-			if !strings.Contains(text.String(), tc.header) || !strings.Contains(text.String(), "2 receivers per ") {
+			if !strings.Contains(text, tc.header) || !strings.Contains(text, "2 receivers per ") {
 				t.Fatalf("the report does not say %q and its receivers", tc.header)
 			}
 			if runtime.GOOS == "linux" {
 				if res.Broker == nil || res.Broker.Disk == nil || res.Broker.Disk.BytesPerSent < 0 {
 					t.Fatalf("broker %+v (%s)", res.Broker, res.BrokerNote)
 				}
-				if !strings.Contains(text.String(), "broker disk writes:") {
+				if !strings.Contains(text, "broker disk writes:") {
 					t.Fatal("the text report does not give the broker's disk writes")
 				}
 			}
