@@ -144,3 +144,69 @@ func TestConfigTopics(t *testing.T) {
 		t.Fatalf("exit %d for a bad filter:\n%s", code, out)
 	}
 }
+
+// TestConfigForwardingThroughTopics: from Config.json, a queue forwards to
+// a topic, one of its subscriptions forwards what it gets to a queue, and
+// another sends its dead-lettered messages to a queue; all seen through
+// the Go SDK, as Service Bus shows them.
+func TestConfigForwardingThroughTopics(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "Config.json")
+	body := `{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns",
+		"Queues": [{"Name": "inbox", "Properties": {"ForwardTo": "news"}}, {"Name": "out"}, {"Name": "dead"}],
+		"Topics": [{"Name": "news", "Subscriptions": [
+			{"Name": "fwd", "Properties": {"ForwardTo": "out"}},
+			{"Name": "dl", "Properties": {"ForwardDeadLetteredMessagesTo": "dead"}}]}]}],
+		"Logging": {"Type": "File"}}}`
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startWalbus(t, t.TempDir(), "--config", path)
+	client := p.sdkClient()
+	defer client.Close(ctx)
+	s, err := client.NewSender("inbox", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SendMessage(ctx, &azservicebus.Message{Body: []byte("hello"), MessageID: toPtr("m1")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	receiveOne := func(r *azservicebus.Receiver, what string) *azservicebus.ReceivedMessage {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a hang guard
+		defer cancel()
+		msgs, err := r.ReceiveMessages(rctx, 1, nil)
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("%s: %v, %v", what, msgs, err)
+		}
+		return msgs[0]
+	}
+
+	out, _ := client.NewReceiverForQueue("out", nil)
+	m := receiveOne(out, "out")
+	if string(m.Body) != "hello" || m.MessageID != "m1" || m.DeadLetterReason != nil || m.DeadLetterSource != nil {
+		t.Fatalf("out got %q %s, dead-letter reason %v, source %v", m.Body, m.MessageID, m.DeadLetterReason, m.DeadLetterSource)
+	}
+	if err := out.CompleteMessage(ctx, m, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	dl, _ := client.NewReceiverForSubscription("news", "dl", nil)
+	m = receiveOne(dl, "news/Subscriptions/dl")
+	if err := dl.DeadLetterMessage(ctx, m, &azservicebus.DeadLetterOptions{Reason: toPtr("not today")}); err != nil {
+		t.Fatal(err)
+	}
+	dead, _ := client.NewReceiverForQueue("dead", nil)
+	m = receiveOne(dead, "dead")
+	if string(m.Body) != "hello" || m.DeadLetterReason == nil || *m.DeadLetterReason != "not today" ||
+		m.DeadLetterSource == nil || *m.DeadLetterSource != "news/Subscriptions/dl" {
+		t.Fatalf("dead got %q, dead-letter reason %v, source %v", m.Body, m.DeadLetterReason, m.DeadLetterSource)
+	}
+	// The subscriptions keep nothing: what they got moved on.
+	for _, sub := range []string{"fwd", "dl"} {
+		r, _ := client.NewReceiverForSubscription("news", sub, nil)
+		if left, err := r.PeekMessages(ctx, 10, nil); err != nil || len(left) != 0 {
+			t.Fatalf("%s keeps %d messages (%v)", sub, len(left), err)
+		}
+	}
+}
