@@ -54,6 +54,7 @@ test-py: build
 # Tests that run scaled down under the race detector, at full size.
 full-size:
 	$(GO) test -count=1 -timeout 10m -run '^(TestCompactMillionMessagesOnePercentDeferred|TestCompactTopicWithASlowSubscription)$$' ./tools/compaction
+	$(GO) test -count=1 -timeout 10m -run '^TestCompactionFollowsWhatIsHeld$$' ./broker
 
 # A short standard set of walbus bench runs (SDK and go-amqp sends, a paced send and
 # receive, a drain) against a fresh walbus serve --sync always, and the paced ones again against

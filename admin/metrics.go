@@ -120,7 +120,7 @@ var (
 	descMessages = prometheus.NewDesc("walbus_queue_messages",
 		"Messages in a queue or its dead-letter subqueue, by state.", []string{"entity", "subqueue", "state"}, nil)
 	descLogBytes = prometheus.NewDesc("walbus_entity_log_bytes",
-		"Bytes of the entity's log segments on disk.", []string{"entity"}, nil)
+		"Bytes of the entity's log segments and compaction archives on disk.", []string{"entity"}, nil)
 	descSent = prometheus.NewDesc("walbus_messages_sent_total",
 		"Messages stored (enqueued or scheduled).", []string{"entity"}, nil)
 	descDelivered = prometheus.NewDesc("walbus_messages_delivered_total",

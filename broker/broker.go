@@ -55,6 +55,12 @@ type Options struct {
 	// to twice), and the log is cut to what its state still needs. Default
 	// 10 s; negative: never.
 	IdleCheckpoint time.Duration
+	// CompactBytes is the least a compaction of an entity's log must free
+	// (see compact.go): after a snapshot, when the segments truncation had
+	// to keep for a few old messages hold at least this much and twice what
+	// those messages take, they are moved to an archive and the segments
+	// dropped. Default 64 MiB; negative: never.
+	CompactBytes int64
 	// CacheBytes is each entity's budget for message records kept in memory
 	// (default 8 MiB): messages delivered soon after they were sent are
 	// served from it, older ones are read from the log.
@@ -107,6 +113,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.IdleCheckpoint == 0 {
 		o.IdleCheckpoint = 10 * time.Second
+	}
+	if o.CompactBytes == 0 {
+		o.CompactBytes = 64 << 20
 	}
 	if o.CacheBytes <= 0 {
 		o.CacheBytes = 8 << 20

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,8 @@ type Entity struct {
 	// logRef is log for readers off the actor (Bytes); the actor swaps
 	// log when it recovers.
 	logRef atomic.Pointer[log.Log]
+	// arcBytes is the size of archives, for the same readers.
+	arcBytes atomic.Int64
 	// recoverTo is, while a failed entity recovers, the last index its log
 	// had made durable: recovery cuts what came after.
 	recoverTo uint64
@@ -61,6 +64,7 @@ type Entity struct {
 	idle     idleState
 	stats    stats
 	fwd      forwarders
+	compact  compactState
 	archives []*log.Archive // records compaction moved out of the log, newest first
 
 	// cfg is the entity's config as of its last applied change, for
@@ -461,6 +465,7 @@ func (e *Entity) startSnapshot(then func(error)) {
 	e.snap.bytesAt = e.log.Bytes()
 	dir := layout.SnapshotDir(e.dir)
 	l := e.log // recovery may replace e.log while this runs
+	archives := slices.Clone(e.archives)
 	barrier := make(chan error, 1)
 	if _, err := l.Append(nil, func(err error) { barrier <- err }); err != nil {
 		barrier <- err
@@ -480,12 +485,25 @@ func (e *Entity) startSnapshot(then func(error)) {
 		if err == nil {
 			err = truncate(l, dir, firstNeeded)
 		}
+		var comp *compaction
+		again := false
+		if err == nil {
+			var cerr error
+			comp, again, cerr = planCompaction(l, e.dir, frozen, index, archives, e.b.opts.CompactBytes)
+			if cerr != nil {
+				e.b.logger.Warn("compaction failed", "entity", e.name, "err", cerr)
+			}
+		}
 		elapsed := time.Since(start)
 		if hook := e.b.opts.OnSnapshot; hook != nil {
 			hook(SnapshotStats{Entity: e.name, Index: index, Bytes: len(raw), Took: elapsed, Err: err})
 		}
 		e.post(func(e *Entity) {
 			e.snap.running = false
+			if comp != nil {
+				e.installCompaction(comp)
+			}
+			e.compact.checkedAt, e.compact.again = e.diskBytes(), again
 			if err == nil {
 				e.snap.lastIndex = index
 				e.b.logger.Debug("snapshot written", "entity", e.name, "index", index, "bytes", len(raw), "took", elapsed)
@@ -537,7 +555,7 @@ func (e *Entity) idleCheck() {
 		return // not idle throughout, or busy: look again later
 	}
 	e.idle.doneAt = last
-	if e.failed != nil || e.reclaimable() == 0 {
+	if e.failed != nil || e.reclaimable() == 0 && !e.compactDue() {
 		return
 	}
 	e.checkpoint(2)
@@ -554,7 +572,7 @@ func (e *Entity) reclaimable() int64 {
 // the last event). Once done, the idle timer waits for an event after the
 // last checkpoint.
 func (e *Entity) checkpoint(rounds int) {
-	if rounds > 0 && e.reclaimable() > 0 {
+	if rounds > 0 && (e.reclaimable() > 0 || e.compactDue()) {
 		evs, err := e.decide(projection.Checkpoint{})
 		if err == nil && e.commit(evs, nil) == nil {
 			e.idle.doneAt = evs[0].Index

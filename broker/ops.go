@@ -436,5 +436,5 @@ func (e *Entity) Sync() error {
 	}
 }
 
-// Bytes is the size of the entity's log on disk.
-func (e *Entity) Bytes() int64 { return e.logRef.Load().Bytes() }
+// Bytes is the size of the entity's log and archives on disk.
+func (e *Entity) Bytes() int64 { return e.logRef.Load().Bytes() + e.arcBytes.Load() }

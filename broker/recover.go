@@ -65,7 +65,7 @@ func (e *Entity) load(rec *EntityRecovery) error {
 		return fmt.Errorf("entity %s: %w", e.name, err)
 	}
 	e.closeArchives()
-	e.archives = archives
+	e.setArchives(archives)
 	e.log, e.st = l, st
 	e.logRef.Store(l)
 	e.window = log.Window{} // a repair may have cut what it holds

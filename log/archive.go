@@ -196,6 +196,7 @@ type Archive struct {
 	blocks  []archiveBlock
 	first   uint64
 	last    uint64
+	size    int64
 
 	mu     sync.Mutex
 	cached int // block in cache, -1 for none
@@ -261,7 +262,7 @@ func readArchiveIndex(f *os.File, path string) (*Archive, error) {
 	}
 	r := event.NewReader(index)
 	count := r.Count(4)
-	a := &Archive{path: path, f: f, entries: make(map[uint64]archiveEntry, count), cached: -1}
+	a := &Archive{path: path, f: f, entries: make(map[uint64]archiveEntry, count), cached: -1, size: size}
 	var idx uint64
 	for range count {
 		delta := r.Uvarint()
@@ -299,6 +300,9 @@ func readArchiveIndex(f *os.File, path string) (*Archive, error) {
 
 // Path is the archive's file.
 func (a *Archive) Path() string { return a.path }
+
+// Size is the archive's file size.
+func (a *Archive) Size() int64 { return a.size }
 
 // Len is the number of records, First and Last their lowest and highest index.
 func (a *Archive) Len() int      { return len(a.entries) }
@@ -408,4 +412,45 @@ func ReadArchived(archives []*Archive, index uint64) (ev event.Event, ok bool, e
 		}
 	}
 	return event.Event{}, false, nil
+}
+
+// ArchiveRecords writes the records refs names (in increasing index order)
+// to a new archive at path, each read from l or, when compaction moved it
+// out of l before, from archives. It returns the bytes of the records
+// written. The log may be appended to meanwhile.
+func ArchiveRecords(path string, l *Log, archives []*Archive, refs []event.Ref) (int64, error) {
+	w, err := CreateArchive(path)
+	if err != nil {
+		return 0, err
+	}
+	var buf []byte
+	var n int64
+	for _, ref := range refs {
+		ev, err := readNeeded(l, archives, ref)
+		if err == nil {
+			buf = event.AppendRecord(buf[:0], &ev)
+			n += int64(len(buf))
+			err = w.Add(buf)
+		}
+		if err != nil {
+			w.Abort()
+			return 0, fmt.Errorf("record %d: %w", ref.Index, err)
+		}
+	}
+	return n, w.Commit()
+}
+
+// readNeeded reads a record from l or, if it is before l's first index,
+// from archives.
+func readNeeded(l *Log, archives []*Archive, ref event.Ref) (event.Event, error) {
+	if first := l.FirstIndex(); ref.Index <= first {
+		if ev, ok, err := ReadArchived(archives, ref.Index); ok || ref.Index < first {
+			if !ok {
+				err = errors.New("before the log and in no archive")
+			}
+			return ev, err
+		}
+	}
+	ev, _, err := l.ReadAt(ref.Index, ref.Pos, nil)
+	return ev, err
 }

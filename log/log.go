@@ -1032,6 +1032,19 @@ func (l *Log) Reclaimable(upTo uint64) int64 {
 	return l.sizeOf(segs[:k])
 }
 
+// SegmentStart is the first index of the segment that holds index (or
+// would hold it, past the end): the highest cut at or below index that
+// TruncateFront honours exactly.
+func (l *Log) SegmentStart(index uint64) uint64 {
+	start := l.first.Load()
+	for _, s := range l.segs.list() {
+		if s <= index {
+			start = max(start, s)
+		}
+	}
+	return start
+}
+
 // TruncateBack drops every record after index: the operator's repair for
 // corruption found by Scan. It must not run while records are appended.
 func (l *Log) TruncateBack(index uint64) error {

@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
@@ -56,10 +57,7 @@ type Queue struct {
 }
 
 // Ref points at a log record.
-type Ref struct {
-	Index uint64
-	Pos   event.Position
-}
+type Ref = event.Ref
 
 // New returns the empty state of an entity log.
 func New() *Entity {
@@ -246,6 +244,33 @@ func (e *Entity) DueScheduled(no uint32, now int64) []uint64 {
 	})
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// NeededBelow lists the records below index cut that the state still
+// reads, in index order, once each: every live message's own record and
+// the records that modify it (its overlays). They are what a compaction
+// must keep when it drops the log before cut. It reads only what Frozen
+// copies.
+func (e *Entity) NeededBelow(cut uint64) []Ref {
+	var refs []Ref
+	for _, q := range e.liveQueues() {
+		q.msgs.Range(func(seq uint64, m index.Meta) bool {
+			if seq >= cut {
+				return false
+			}
+			refs = append(refs, Ref{Index: seq, Pos: m.Pos})
+			return true
+		})
+		for _, ovs := range q.overlays {
+			for _, ov := range ovs {
+				if ov.Index < cut {
+					refs = append(refs, ov)
+				}
+			}
+		}
+	}
+	slices.SortFunc(refs, func(a, b Ref) int { return cmp.Compare(a.Index, b.Index) })
+	return slices.CompactFunc(refs, func(a, b Ref) bool { return a.Index == b.Index })
 }
 
 // FirstNeeded is the lowest log index the state still reads records from:

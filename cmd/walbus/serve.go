@@ -42,7 +42,7 @@ type serveOptions struct {
 	noDefaultKey, httpTLS, pprof, repair                         bool
 	limits                                                       transport.Config
 	maxFrameSize, maxMessageSize                                 int
-	segmentSize, cacheSize                                       int
+	segmentSize, cacheSize, compactBytes, snapshotEvery          int
 	procs                                                        int // 0: the runtime's default
 	authTimeout                                                  time.Duration
 	sessionWait                                                  time.Duration
@@ -96,9 +96,11 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.IntVar(&o.limits.MaxSessions, "max-sessions", 1024, "most sessions per connection (channel-max + 1)")
 	fs.IntVar(&o.limits.MaxLinksPerSession, "max-links", 1024, "most links per session (handle-max + 1)")
 	fs.Var(byteSize{&o.maxFrameSize}, "max-frame-size", "largest AMQP frame, e.g. 256KiB")
-	o.segmentSize, o.cacheSize = log.DefaultSegmentSize, 8<<20
+	o.segmentSize, o.cacheSize, o.compactBytes = log.DefaultSegmentSize, 8<<20, 64<<20
 	fs.Var(byteSize{&o.cacheSize}, "cache-size", "each queue's budget for recent messages kept in memory, e.g. 8MiB (older ones are read from the log)")
 	fs.Var(byteSize{&o.segmentSize}, "segment-size", "size at which a log segment file is closed and the next begins, e.g. 4MiB")
+	fs.Var(byteSize{&o.compactBytes}, "compact-bytes", "compact an entity's log while serving once its old messages (dead-lettered, deferred, held by an unread subscription) keep at least this much log that would otherwise go, and twice what they take: they move to an archive and the log is cut; 0 never")
+	fs.IntVar(&o.snapshotEvery, "snapshot-every", 200_000, "events between an entity's snapshots (one is also taken after 256MiB of log)")
 	fs.Var(byteSize{&o.maxMessageSize}, "max-message-size", "largest message a link carries, e.g. 1MiB (up to 100MiB; entities may be lower)")
 	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", 60*time.Second, "close connections silent this long (half is advertised)")
 	fs.DurationVar(&o.authTimeout, "auth-timeout", 20*time.Second, "close connections that authorise nothing within this time")
@@ -228,6 +230,12 @@ func parseServe(args []string) (*serveOptions, error) {
 	if o.cacheSize < 0 {
 		return nil, errors.New("--cache-size cannot be negative")
 	}
+	if o.compactBytes < 0 {
+		return nil, errors.New("--compact-bytes cannot be negative")
+	}
+	if o.snapshotEvery < 1 {
+		return nil, errors.New("--snapshot-every must be positive")
+	}
 	if o.segmentSize < 4<<10 || o.segmentSize > 1<<30 {
 		return nil, errors.New("--segment-size is 4KiB to 1GiB")
 	}
@@ -349,8 +357,9 @@ func serve(args []string) int {
 	policy, _ := log.ParseSyncPolicy(o.sync)
 	var release memoryReleaser
 	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, CacheBytes: int64(o.cacheSize), Logger: logger,
-		Repair: o.repair, IdleCheckpoint: cmp.Or(o.idleCheckpoint, -1),
-		NewBracket: amqpserver.NewBracket, FilterMessage: amqpserver.FilterMessage,
+		Repair: o.repair, IdleCheckpoint: cmp.Or(o.idleCheckpoint, -1), CompactBytes: cmp.Or(int64(o.compactBytes), -1),
+		SnapshotEvery: o.snapshotEvery,
+		NewBracket:    amqpserver.NewBracket, FilterMessage: amqpserver.FilterMessage,
 		OnCommit: func(entity string, s log.CommitStats) {
 			release.touch()
 			metrics.ObserveCommit(entity, s)

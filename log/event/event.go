@@ -118,6 +118,12 @@ type Position struct {
 	Size   uint32
 }
 
+// Ref points at a record of a log: its index and where it sits.
+type Ref struct {
+	Index uint64
+	Pos   Position
+}
+
 // Event is one entry of a log. It is a flat union: each Type uses the fields
 // its layout lists (see layouts) and leaves the others zero.
 //

@@ -184,7 +184,7 @@ func compactEntity(e EntityDir, opts Options) (Report, error) {
 		return rep, err
 	}
 	first := l.FirstIndex()
-	needed := neededBelow(st, cut)
+	needed := st.NeededBelow(cut)
 
 	if opts.Retain != "" {
 		path, err := retainHistory(l, archives, needed, cut, e, opts.Retain)
@@ -200,23 +200,7 @@ func compactEntity(e EntityDir, opts Options) (Report, error) {
 	}
 	arcPath := filepath.Join(arcDir, fmt.Sprintf("arc-%020d.wba", cut))
 	if len(needed) > 0 {
-		w, err := log.CreateArchive(arcPath)
-		if err != nil {
-			return rep, err
-		}
-		var buf []byte
-		for _, ref := range needed {
-			ev, err := readRecord(l, archives, ref)
-			if err == nil {
-				buf = event.AppendRecord(buf[:0], &ev)
-				err = w.Add(buf)
-			}
-			if err != nil {
-				w.Abort()
-				return rep, fmt.Errorf("record %d: %w", ref.Index, err)
-			}
-		}
-		if err := w.Commit(); err != nil {
+		if _, err := log.ArchiveRecords(arcPath, l, archives, needed); err != nil {
 			return rep, err
 		}
 	}
@@ -262,50 +246,6 @@ func archivedBelow(archives []*log.Archive, first uint64) []uint64 {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
-}
-
-// neededBelow lists the records below cut the state still reads: every
-// message's own record and the records that modify it, in index order.
-func neededBelow(st *projection.Entity, cut uint64) []projection.Ref {
-	var refs []projection.Ref
-	for _, no := range st.QueueNumbers() {
-		q := st.Queue(no)
-		for _, seq := range q.Peek(0, int(^uint(0)>>1), ^uint64(0)) {
-			if m, _ := q.Message(seq); seq < cut {
-				refs = append(refs, projection.Ref{Index: seq, Pos: m.Pos})
-			}
-			for _, ov := range q.Overlays(seq) {
-				if ov.Index < cut {
-					refs = append(refs, ov)
-				}
-			}
-		}
-	}
-	slices.SortFunc(refs, func(a, b projection.Ref) int {
-		switch {
-		case a.Index < b.Index:
-			return -1
-		case a.Index > b.Index:
-			return 1
-		}
-		return 0
-	})
-	return slices.CompactFunc(refs, func(a, b projection.Ref) bool { return a.Index == b.Index })
-}
-
-// readRecord reads a needed record from the log or, if compaction moved it
-// before, from an archive.
-func readRecord(l *log.Log, archives []*log.Archive, ref projection.Ref) (event.Event, error) {
-	if first := l.FirstIndex(); ref.Index <= first {
-		if ev, ok, err := log.ReadArchived(archives, ref.Index); ok || ref.Index < first {
-			if !ok {
-				err = errors.New("before the log and in no archive")
-			}
-			return ev, err
-		}
-	}
-	ev, _, err := l.ReadAt(ref.Index, ref.Pos, nil)
-	return ev, err
 }
 
 // retainHistory writes every record the compaction drops (the dead ones
@@ -361,7 +301,10 @@ func retainHistory(l *log.Log, archives []*log.Archive, needed []projection.Ref,
 		return w.Add(buf)
 	}
 	for _, idx := range dropped {
-		ev, err := readRecord(l, archives, projection.Ref{Index: idx})
+		ev, ok, err := log.ReadArchived(archives, idx)
+		if err == nil && !ok {
+			err = errors.New("in no archive")
+		}
 		if err == nil {
 			err = add(&ev)
 		}
