@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walbus/walbus/broker/layout"
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
+	"github.com/walbus/walbus/snapshot"
 )
 
 // BenchmarkRestart1M measures restart of an entity holding 1M queued 1 KB
@@ -197,6 +199,7 @@ func BenchmarkRestartTopic100Subs(b *testing.B) {
 	dir := b.TempDir()
 	opts := Options{Dir: dir, Sync: log.SyncNone, SnapshotEvery: 1 << 30, SnapshotBytes: 1 << 40, CacheBytes: 1 << 20}
 	const subs = 100
+	var snaps string
 	fill := func(n int, settle bool) {
 		br, _, err := Open(opts)
 		if err != nil {
@@ -241,6 +244,7 @@ func BenchmarkRestartTopic100Subs(b *testing.B) {
 			}
 		}
 		e.Sync()
+		snaps = layout.SnapshotDir(e.dir)
 		if settle {
 			br.Close() // writes the snapshot
 		} else {
@@ -249,6 +253,10 @@ func BenchmarkRestartTopic100Subs(b *testing.B) {
 	}
 	fill(100_000, true)
 	fill(10_000, false)
+	infos, err := snapshot.List(snaps)
+	if err != nil || len(infos) != 1 {
+		b.Fatalf("snapshots %v: %v", infos, err)
+	}
 	b.ResetTimer()
 	var took time.Duration
 	for range b.N {
@@ -266,4 +274,8 @@ func BenchmarkRestartTopic100Subs(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(took.Seconds()/float64(b.N), "s/restart")
+	b.ReportMetric(float64(infos[0].Size), "snapshot-bytes")
+	if raw, err := snapshot.Read(infos[0]); err == nil {
+		b.ReportMetric(float64(len(raw)), "snapshot-raw-bytes")
+	}
 }

@@ -473,11 +473,24 @@ func (e *Entity) startSnapshot(then func(error)) {
 	// The file is written off the actor, which goes on serving; the result
 	// comes back through post.
 	go func() {
-		raw := frozen.Encode(nil)
-		err := <-barrier
+		// Each piece (the entity, then each queue) is compressed and
+		// written as it is encoded, so only one is in memory at a time.
 		start := time.Now()
+		var raw int64
+		w, err := snapshot.Create(dir, index)
 		if err == nil {
-			_, err = snapshot.Write(dir, index, raw)
+			err = frozen.EncodePieces(w.Add)
+			raw = w.Bytes()
+			if berr := <-barrier; err == nil {
+				err = berr
+			}
+			if err == nil {
+				_, err = w.Commit()
+			} else {
+				w.Abort()
+			}
+		} else {
+			<-barrier
 		}
 		if err == nil {
 			err = snapshot.Prune(dir, keepSnapshots)
@@ -496,7 +509,7 @@ func (e *Entity) startSnapshot(then func(error)) {
 		}
 		elapsed := time.Since(start)
 		if hook := e.b.opts.OnSnapshot; hook != nil {
-			hook(SnapshotStats{Entity: e.name, Index: index, Bytes: len(raw), Took: elapsed, Err: err})
+			hook(SnapshotStats{Entity: e.name, Index: index, Bytes: int(raw), Took: elapsed, Err: err})
 		}
 		e.post(func(e *Entity) {
 			e.snap.running = false
@@ -506,7 +519,7 @@ func (e *Entity) startSnapshot(then func(error)) {
 			e.compact.checkedAt, e.compact.again = e.diskBytes(), again
 			if err == nil {
 				e.snap.lastIndex = index
-				e.b.logger.Debug("snapshot written", "entity", e.name, "index", index, "bytes", len(raw), "took", elapsed)
+				e.b.logger.Debug("snapshot written", "entity", e.name, "index", index, "bytes", raw, "took", elapsed)
 			} else {
 				e.b.logger.Warn("snapshot failed", "entity", e.name, "index", index, "err", err)
 			}

@@ -38,11 +38,54 @@ import (
 //
 //	next group, last published (index, offset, size)
 //	count, (queue, name, created, config (JSON), rules: count, (rule (JSON))...)... by queue
-const encodingVersion = 5
+//
+// Version 6 stores where each message's record is once per entity, not
+// once per queue that holds it: a message's record is the one at its
+// SequenceNumber, and a topic's subscriptions hold the same numbers. After
+// via comes the table of every live message, and the queues name messages
+// by their ordinal in it:
+//
+//	positions: count, (seq delta, offset, size)... ascending
+//
+// and in each queue, instead of the messages above:
+//
+//	plain messages (available, never delivered, no flags, no session):
+//	  runs: count, (ordinal gap from the previous run's end, length - 1)...
+//	other messages: count, (ordinal delta, state, flags, deliveries, session no)...
+//
+// A subscription holding a stretch of the topic's messages costs a few
+// bytes, one that completed every other message about two bytes each.
+const encodingVersion = 6
 
 // Encode appends the canonical encoding of e to dst.
 func (e *Entity) Encode(dst []byte) []byte {
-	dst = binary.AppendUvarint(dst, encodingVersion)
+	dst, _ = e.encode(encodingVersion, dst, nil)
+	return dst
+}
+
+// EncodePieces hands the canonical encoding of e to add in pieces, which
+// one after another are Encode's bytes: the entity's own state and the
+// table of positions, each queue (a subscription's state is its three),
+// and the topic's subscriptions and rules. A snapshot stores each piece
+// apart (package snapshot), so only one is in memory at a time: a piece is
+// valid only during the call. It stops at the first error add returns.
+func (e *Entity) EncodePieces(add func(piece []byte) error) error {
+	_, err := e.encode(encodingVersion, nil, add)
+	return err
+}
+
+// encode appends version v (6, or 5 for the tests of reading it) to dst;
+// with add, it hands each piece to add instead, reusing dst for the next.
+func (e *Entity) encode(v uint64, dst []byte, add func([]byte) error) ([]byte, error) {
+	cut := func() error {
+		if add == nil {
+			return nil
+		}
+		err := add(dst)
+		dst = dst[:0]
+		return err
+	}
+	dst = binary.AppendUvarint(dst, v)
 	dst = event.AppendString(dst, e.name)
 	dst = appendBool(dst, e.created)
 	dst = event.AppendBytes(dst, e.cfg.Encode())
@@ -67,9 +110,20 @@ func (e *Entity) Encode(dst []byte) []byte {
 	}
 
 	live := e.liveQueues()
+	var table *positions
+	if v >= 6 {
+		table = &positions{}
+		dst = table.append(dst, live)
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(live)))
+	if err := cut(); err != nil {
+		return dst, err
+	}
 	for _, q := range live {
-		dst = q.encode(dst)
+		dst = q.encode(dst, table)
+		if err := cut(); err != nil {
+			return dst, err
+		}
 	}
 
 	t := &e.topic
@@ -88,10 +142,10 @@ func (e *Entity) Encode(dst []byte) []byte {
 			dst = event.AppendBytes(dst, r.spec.encode())
 		}
 	}
-	return dst
+	return dst, cut()
 }
 
-func (q *Queue) encode(dst []byte) []byte {
+func (q *Queue) encode(dst []byte, t *positions) []byte {
 	dst = binary.AppendUvarint(dst, uint64(q.No))
 	dst = appendBool(dst, q.sessions != nil)
 	if q.sessions != nil {
@@ -115,18 +169,11 @@ func (q *Queue) encode(dst []byte) []byte {
 		}
 	}
 
-	dst = binary.AppendUvarint(dst, uint64(q.msgs.Len()))
-	prev := uint64(0)
-	q.msgs.Range(func(seq uint64, m index.Meta) bool {
-		dst = binary.AppendUvarint(dst, seq-prev)
-		prev = seq
-		dst = append(dst, byte(m.State), m.Flags)
-		dst = binary.AppendUvarint(dst, uint64(m.Deliveries))
-		dst = binary.AppendUvarint(dst, uint64(m.Pos.Offset))
-		dst = binary.AppendUvarint(dst, uint64(m.Pos.Size))
-		dst = binary.AppendUvarint(dst, uint64(m.Session))
-		return true
-	})
+	if t != nil {
+		dst = q.appendMessages(dst, t)
+	} else {
+		dst = q.appendMessagesV5(dst)
+	}
 
 	locked := q.locks.Seqs()
 	slices.Sort(locked)
@@ -264,8 +311,20 @@ func Decode(b []byte) (*Entity, error) {
 	}
 
 	if v >= 5 {
-		if err := e.decodeTopic(r); err != nil {
+		var t *positions
+		if v >= 6 {
+			t = &positions{}
+			if err := t.decode(r); err != nil {
+				return nil, err
+			}
+		}
+		if err := e.decodeTopic(r, t); err != nil {
 			return nil, err
+		}
+		if t != nil {
+			if err := t.allUsed(); err != nil {
+				return nil, err
+			}
 		}
 	} else {
 		nq, want := r.Count(7), len(e.queues)
@@ -276,7 +335,7 @@ func Decode(b []byte) (*Entity, error) {
 			return nil, fmt.Errorf("state has %d queues, want %d", nq, want)
 		}
 		for i := 0; i < nq && r.Err() == nil; i++ {
-			if err := e.queues[i].decode(r, uint32(i)); err != nil {
+			if err := e.queues[i].decode(r, uint32(i), nil); err != nil {
 				return nil, fmt.Errorf("queue %d: %w", i, err)
 			}
 		}
@@ -290,7 +349,7 @@ func Decode(b []byte) (*Entity, error) {
 	return e, nil
 }
 
-func (q *Queue) decode(r *event.Reader, no uint32) error {
+func (q *Queue) decode(r *event.Reader, no uint32, t *positions) error {
 	if got := r.Uint32(); r.Err() == nil && got != no {
 		return fmt.Errorf("numbered %d", got)
 	}
@@ -299,43 +358,14 @@ func (q *Queue) decode(r *event.Reader, no uint32) error {
 			return err
 		}
 	}
-	var prev uint64
-	for n := r.Count(6); n > 0 && r.Err() == nil; n-- {
-		delta := r.Uvarint()
-		if r.Err() == nil && (delta == 0 || prev+delta < prev) {
-			return fmt.Errorf("SequenceNumbers not ascending after %d", prev)
-		}
-		seq := prev + delta
-		prev = seq
-		m := index.Meta{State: index.State(r.Byte()), Flags: r.Byte()}
-		deliveries := r.Uvarint()
-		m.Pos.Offset, m.Pos.Size, m.Session = r.Uint32(), r.Uint32(), r.Uint32()
-		if r.Err() != nil {
-			break
-		}
-		if m.State < index.Available || m.State > index.Scheduled || m.Flags&^index.FlagDeferred != 0 || deliveries > 1<<16-1 {
-			return fmt.Errorf("message %d: state %d flags %#x deliveries %d", seq, m.State, m.Flags, deliveries)
-		}
-		m.Deliveries = uint16(deliveries)
-		var s *index.Session
-		if m.Session != 0 {
-			if q.sessions == nil {
-				return fmt.Errorf("message %d in session %d of a queue without sessions", seq, m.Session)
-			}
-			if s = q.sessions.ByNo(m.Session); s == nil {
-				return fmt.Errorf("message %d in unknown session %d", seq, m.Session)
-			}
-			s.Messages++
-			switch m.State {
-			case index.Available:
-				s.Available.Add(seq)
-			case index.Locked:
-				s.Locked.Add(seq)
-			}
-		}
-		q.all.Add(seq)
-		q.set(m.State).Add(seq)
-		q.msgs.Put(seq, m)
+	var err error
+	if t != nil {
+		err = q.decodeMessages(r, t)
+	} else {
+		err = q.decodeMessagesV5(r)
+	}
+	if err != nil {
+		return err
 	}
 
 	for n := r.Count(19); n > 0 && r.Err() == nil; n-- {
@@ -387,6 +417,76 @@ func (q *Queue) decode(r *event.Reader, no uint32) error {
 		}
 	}
 	return r.Err()
+}
+
+// appendMessagesV5 writes q's messages as versions 1 to 5 did, each with
+// its position.
+func (q *Queue) appendMessagesV5(dst []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(q.msgs.Len()))
+	prev := uint64(0)
+	q.msgs.Range(func(seq uint64, m index.Meta) bool {
+		dst = binary.AppendUvarint(dst, seq-prev)
+		prev = seq
+		dst = append(dst, byte(m.State), m.Flags)
+		dst = binary.AppendUvarint(dst, uint64(m.Deliveries))
+		dst = binary.AppendUvarint(dst, uint64(m.Pos.Offset))
+		dst = binary.AppendUvarint(dst, uint64(m.Pos.Size))
+		dst = binary.AppendUvarint(dst, uint64(m.Session))
+		return true
+	})
+	return dst
+}
+
+// decodeMessagesV5 reads the messages of versions 1 to 5, each with its
+// position.
+func (q *Queue) decodeMessagesV5(r *event.Reader) error {
+	var prev uint64
+	for n := r.Count(6); n > 0 && r.Err() == nil; n-- {
+		delta := r.Uvarint()
+		if r.Err() == nil && (delta == 0 || prev+delta < prev) {
+			return fmt.Errorf("SequenceNumbers not ascending after %d", prev)
+		}
+		seq := prev + delta
+		prev = seq
+		m := index.Meta{State: index.State(r.Byte()), Flags: r.Byte()}
+		deliveries := r.Uvarint()
+		m.Pos.Offset, m.Pos.Size, m.Session = r.Uint32(), r.Uint32(), r.Uint32()
+		if r.Err() != nil {
+			break
+		}
+		if err := q.addDecoded(seq, m, deliveries); err != nil {
+			return err
+		}
+	}
+	return r.Err()
+}
+
+// addDecoded adds message seq, read from a snapshot, after checking it.
+func (q *Queue) addDecoded(seq uint64, m index.Meta, deliveries uint64) error {
+	if m.State < index.Available || m.State > index.Scheduled || m.Flags&^index.FlagDeferred != 0 || deliveries > 1<<16-1 {
+		return fmt.Errorf("message %d: state %d flags %#x deliveries %d", seq, m.State, m.Flags, deliveries)
+	}
+	m.Deliveries = uint16(deliveries)
+	if m.Session != 0 {
+		if q.sessions == nil {
+			return fmt.Errorf("message %d in session %d of a queue without sessions", seq, m.Session)
+		}
+		s := q.sessions.ByNo(m.Session)
+		if s == nil {
+			return fmt.Errorf("message %d in unknown session %d", seq, m.Session)
+		}
+		s.Messages++
+		switch m.State {
+		case index.Available:
+			s.Available.Add(seq)
+		case index.Locked:
+			s.Locked.Add(seq)
+		}
+	}
+	q.all.Add(seq)
+	q.set(m.State).Add(seq)
+	q.msgs.Put(seq, m)
+	return nil
 }
 
 func (q *Queue) decodeSessions(r *event.Reader) error {
@@ -444,10 +544,11 @@ func readBool(r *event.Reader) bool {
 	}
 }
 
-// decodeTopic reads version 5's queues and subscriptions. The queues come
+// decodeTopic reads the queues and subscriptions of version 5 and later
+// (with version 6's table of positions, t). The queues come
 // first but belong to subscriptions listed after them: they are read into
 // a table and placed once the subscriptions are known.
-func (e *Entity) decodeTopic(r *event.Reader) error {
+func (e *Entity) decodeTopic(r *event.Reader, table *positions) error {
 	nq := r.Count(7)
 	queues := make(map[uint32]*Queue, nq)
 	prev := -1
@@ -469,7 +570,7 @@ func (e *Entity) decodeTopic(r *event.Reader) error {
 		} else {
 			q = newQueue(no, false, nil)
 		}
-		if err := q.decode(r, no); err != nil {
+		if err := q.decode(r, no, table); err != nil {
 			return fmt.Errorf("queue %d: %w", no, err)
 		}
 		queues[no] = q

@@ -371,3 +371,44 @@ func topicSeed(t testing.TB) *Entity {
 	l.must(Settle{Queue: all, Token: lk[0].Token, Outcome: DeadLetter, Reason: "r"})
 	return l.e
 }
+
+// A topic's snapshot stores each message's position once, and a
+// subscription's untouched messages as runs: 50 subscriptions of 2,000
+// messages cost their definitions (config and rules) more than one, not a
+// position per message each; a fragmented subscription costs about two
+// bytes a message more; and the state decodes to itself.
+func TestSnapshotOfManySubscriptionsIsSmall(t *testing.T) {
+	size := func(subs int, fragment bool) int {
+		l := newTopicLog(t)
+		for i := range subs {
+			l.must(CreateSubscription{Name: fmt.Sprint("s", i), Config: DefaultSubscriptionConfig()})
+		}
+		for i := range 2000 {
+			l.must(Send{Messages: []Message{{Body: []byte("x"), MessageID: fmt.Sprint(i)}}})
+		}
+		if fragment {
+			q := l.e.Subscription("s0").Queue()
+			for _, ev := range l.must(Lock{Queue: q, Receiver: "r", Max: 2000, Limit: 1 << 62, Nonce: 1}) {
+				if ev.Seq%2 == 0 {
+					l.must(Settle{Queue: q, Token: ev.Token, Outcome: Complete})
+				} else {
+					l.must(Settle{Queue: q, Token: ev.Token, Outcome: Release})
+				}
+			}
+		}
+		raw := l.e.Encode(nil)
+		back, err := Decode(raw)
+		if err != nil || !bytes.Equal(back.Encode(nil), raw) {
+			t.Fatalf("%d subscriptions: decode %v", subs, err)
+		}
+		return len(raw)
+	}
+	one, fifty, fragmented := size(1, false), size(50, false), size(50, true)
+	t.Logf("1 subscription: %d bytes; 50: %d; 50, one fragmented: %d", one, fifty, fragmented)
+	if fifty > one+50*512 {
+		t.Errorf("50 subscriptions take %d bytes, one takes %d", fifty, one)
+	}
+	if fragmented > fifty+3*1000+64 {
+		t.Errorf("a subscription holding every other message adds %d bytes for 1,000 messages", fragmented-fifty)
+	}
+}

@@ -27,9 +27,9 @@ func TestDecodesStateOfVersion2(t *testing.T) {
 	v3 := encodeV4(e)
 	var queues []byte
 	for _, q := range e.queues[:2] {
-		queues = q.encode(queues)
+		queues = q.encode(queues, nil)
 	}
-	last := e.queues[2].encode(nil)
+	last := e.queues[2].encode(nil, nil)
 	header := v3[:len(v3)-len(queues)-len(last)-1]
 	if v3[0] != 4 || header[len(header)-1] != 0 || v3[len(header)] != 3 {
 		t.Fatalf("version %d, %d vias, %d queues", v3[0], header[len(header)-1], v3[len(header)])
@@ -66,7 +66,7 @@ func TestDecodesStateOfVersion2(t *testing.T) {
 // encodeV4 is e (not a topic) as version 4 encoded it: version 5 without
 // its topic section, which for a queue is five zero bytes.
 func encodeV4(e *Entity) []byte {
-	b := e.Encode(nil)
+	b, _ := e.encode(5, nil, nil)
 	if b[0] != 5 || !bytes.Equal(b[len(b)-5:], make([]byte, 5)) {
 		panic("not a version 5 queue state")
 	}

@@ -1,15 +1,23 @@
 // Package snapshot stores an entity's projection at a log index so restart
-// replays only the log after it. A snapshot file is
+// replays only the log after it. A snapshot file is (integers big-endian)
 //
-//	magic "WALBSNAP" | version u32 | index u64 | raw length u64 | CRC32-C of raw u32 | zstd(raw)
+//	magic "WALBSNAP" | version u32 = 2 | index u64
+//	pieces: (raw length u32, not 0 | CRC32-C of raw u32 | compressed length u32 | zstd(raw))...
+//	end: 0 u32 | total raw length u64 | piece count u32
 //
-// (integers big-endian), where raw is projection.Entity's canonical encoding.
+// where the pieces, one after another, are projection.Entity's canonical
+// encoding as EncodePieces hands it out: the entity, then each queue, then
+// a topic's subscriptions. Each is compressed and checked on its own, so
+// writing a snapshot holds one piece in memory, not the whole state.
+// Version 1 files (one zstd frame of the whole state, after its length and
+// CRC) are still read.
 // Files are written to a temporary name, fsynced, renamed and the directory
 // fsynced, so a crash leaves either the old set of snapshots or the new one.
 // Identical states give byte-identical files.
 package snapshot
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -31,10 +39,18 @@ import (
 
 const (
 	magic      = "WALBSNAP"
-	version    = 1
-	headerSize = 8 + 4 + 8 + 8 + 4
-	prefix     = "snap-"
-	suffix     = ".wbs"
+	version    = 2
+	headerSize = 8 + 4 + 8
+	// Version 1's header also has the raw length and its CRC.
+	headerSizeV1 = headerSize + 8 + 4
+	pieceHeader  = 4 + 4 + 4
+	endSize      = 4 + 8 + 4
+	// maxPiece is the most raw state one piece may hold; Write cuts larger
+	// states into pieces of pieceSize.
+	maxPiece  = 1 << 30
+	pieceSize = 4 << 20
+	prefix    = "snap-"
+	suffix    = ".wbs"
 	// MaxRawSize bounds what a snapshot header may claim. The claim is
 	// not trusted for allocation (the output grows as the stream inflates),
 	// nor bounded by the compressed size: state can compress beyond any
@@ -72,13 +88,68 @@ func encoder() *zstd.Encoder {
 
 // Encode builds the bytes of a snapshot file for raw state at index.
 func Encode(index uint64, raw []byte) []byte {
-	out := make([]byte, headerSize, headerSize+len(raw)/3)
-	copy(out, magic)
-	binary.BigEndian.PutUint32(out[8:], version)
-	binary.BigEndian.PutUint64(out[12:], index)
-	binary.BigEndian.PutUint64(out[20:], uint64(len(raw)))
-	binary.BigEndian.PutUint32(out[28:], crc32.Checksum(raw, castagnoli))
-	return encoder().EncodeAll(raw, out)
+	var buf bytes.Buffer
+	w := newPieceWriter(&buf, index)
+	for len(raw) > 0 {
+		n := min(len(raw), pieceSize)
+		w.add(raw[:n])
+		raw = raw[n:]
+	}
+	w.end()
+	return buf.Bytes()
+}
+
+// pieceWriter writes a snapshot's header, pieces and end to an io.Writer.
+type pieceWriter struct {
+	w      io.Writer
+	raw    uint64
+	pieces uint32
+	buf    []byte
+	err    error
+}
+
+func newPieceWriter(w io.Writer, index uint64) *pieceWriter {
+	p := &pieceWriter{w: w}
+	head := make([]byte, headerSize)
+	copy(head, magic)
+	binary.BigEndian.PutUint32(head[8:], version)
+	binary.BigEndian.PutUint64(head[12:], index)
+	p.write(head)
+	return p
+}
+
+func (p *pieceWriter) write(b []byte) {
+	if p.err == nil {
+		_, p.err = p.w.Write(b)
+	}
+}
+
+// add writes one piece. An empty piece is not written.
+func (p *pieceWriter) add(raw []byte) error {
+	if len(raw) == 0 || p.err != nil {
+		return p.err
+	}
+	if len(raw) > maxPiece {
+		p.err = fmt.Errorf("snapshot piece of %d bytes, most %d", len(raw), maxPiece)
+		return p.err
+	}
+	p.buf = append(p.buf[:0], make([]byte, pieceHeader)...)
+	p.buf = encoder().EncodeAll(raw, p.buf)
+	binary.BigEndian.PutUint32(p.buf[0:], uint32(len(raw)))
+	binary.BigEndian.PutUint32(p.buf[4:], crc32.Checksum(raw, castagnoli))
+	binary.BigEndian.PutUint32(p.buf[8:], uint32(len(p.buf)-pieceHeader))
+	p.write(p.buf)
+	p.raw += uint64(len(raw))
+	p.pieces++
+	return p.err
+}
+
+func (p *pieceWriter) end() error {
+	var end [endSize]byte
+	binary.BigEndian.PutUint64(end[4:], p.raw)
+	binary.BigEndian.PutUint32(end[12:], p.pieces)
+	p.write(end[:])
+	return p.err
 }
 
 // Decode checks a snapshot file's bytes and returns its index and raw state.
@@ -86,68 +157,189 @@ func Decode(b []byte) (uint64, []byte, error) {
 	if len(b) < headerSize || string(b[:8]) != magic {
 		return 0, nil, fmt.Errorf("%w: no snapshot header", ErrCorrupt)
 	}
-	if v := binary.BigEndian.Uint32(b[8:]); v != version {
-		return 0, nil, fmt.Errorf("%w: version %d, want %d", ErrCorrupt, v, version)
-	}
 	index := binary.BigEndian.Uint64(b[12:])
+	switch v := binary.BigEndian.Uint32(b[8:]); v {
+	case 1:
+		raw, err := decodeV1(b)
+		return index, raw, err
+	case version:
+	default:
+		return 0, nil, fmt.Errorf("%w: version %d, want 1 or %d", ErrCorrupt, v, version)
+	}
+	var raw []byte
+	rest := b[headerSize:]
+	for pieces := uint32(0); ; pieces++ {
+		if len(rest) < 4 {
+			return 0, nil, fmt.Errorf("%w: ends inside piece %d", ErrCorrupt, pieces)
+		}
+		size := binary.BigEndian.Uint32(rest)
+		if size == 0 {
+			if len(rest) != endSize {
+				return 0, nil, fmt.Errorf("%w: %d bytes at the end, want %d", ErrCorrupt, len(rest), endSize)
+			}
+			if total, n := binary.BigEndian.Uint64(rest[4:]), binary.BigEndian.Uint32(rest[12:]); total != uint64(len(raw)) || n != pieces {
+				return 0, nil, fmt.Errorf("%w: %d pieces of %d bytes, the end says %d of %d", ErrCorrupt, pieces, len(raw), n, total)
+			}
+			return index, raw, nil
+		}
+		if len(rest) < pieceHeader {
+			return 0, nil, fmt.Errorf("%w: ends inside piece %d", ErrCorrupt, pieces)
+		}
+		sum, clen := binary.BigEndian.Uint32(rest[4:]), binary.BigEndian.Uint32(rest[8:])
+		rest = rest[pieceHeader:]
+		if size > maxPiece || uint64(len(raw))+uint64(size) > MaxRawSize || uint64(clen) > uint64(len(rest)) {
+			return 0, nil, fmt.Errorf("%w: piece %d claims %d bytes from %d compressed", ErrCorrupt, pieces, size, clen)
+		}
+		var err error
+		if raw, err = inflate(raw, rest[:clen], uint64(size), sum); err != nil {
+			return 0, nil, fmt.Errorf("%w: piece %d: %v", ErrCorrupt, pieces, err)
+		}
+		rest = rest[clen:]
+	}
+}
+
+// decodeV1 reads a version 1 file's state.
+func decodeV1(b []byte) ([]byte, error) {
+	if len(b) < headerSizeV1 {
+		return nil, fmt.Errorf("%w: no snapshot header", ErrCorrupt)
+	}
 	size := binary.BigEndian.Uint64(b[20:])
 	sum := binary.BigEndian.Uint32(b[28:])
 	if size > MaxRawSize {
-		return 0, nil, fmt.Errorf("%w: claims %d bytes of state from %d compressed", ErrCorrupt, size, len(b)-headerSize)
+		return nil, fmt.Errorf("%w: claims %d bytes of state from %d compressed", ErrCorrupt, size, len(b)-headerSizeV1)
 	}
-	// Our encoder's windows are a few MiB; a frame asking for more is damaged
-	// or hostile, and would otherwise allocate what it asks. The output is
-	// read without trusting the claimed size: a stream that inflates past it
-	// is rejected.
-	d, err := zstd.NewReader(bytes.NewReader(b[headerSize:]), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxWindow))
+	raw, err := inflate(nil, b[headerSizeV1:], size, sum)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	defer d.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(io.LimitReader(d, int64(size)+1)); err != nil {
-		return 0, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	raw := buf.Bytes()
-	if uint64(len(raw)) != size {
-		return 0, nil, fmt.Errorf("%w: %d bytes of state, header says %d", ErrCorrupt, len(raw), size)
-	}
-	if crc32.Checksum(raw, castagnoli) != sum {
-		return 0, nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
-	}
-	return index, raw, nil
+	return raw, nil
 }
 
-// Write stores a snapshot of raw state at index in dir atomically.
-func Write(dir string, index uint64, raw []byte) (Info, error) {
-	if err := log.MkdirAllDurable(dir, 0o750); err != nil {
-		return Info{}, err
+// inflate appends to dst the size bytes compressed in frame, whose CRC32-C
+// is sum. Our encoder's windows are a few MiB; a frame asking for more is
+// damaged or hostile, and would otherwise allocate what it asks. The output
+// is read without trusting the claimed size: a stream that inflates past it
+// is rejected.
+func inflate(dst, frame []byte, size uint64, sum uint32) ([]byte, error) {
+	d, err := zstd.NewReader(bytes.NewReader(frame), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxWindow))
+	if err != nil {
+		return dst, err
 	}
-	data := Encode(index, raw)
+	defer d.Close()
+	buf := bytes.NewBuffer(dst)
+	if _, err := buf.ReadFrom(io.LimitReader(d, int64(size)+1)); err != nil {
+		return dst, err
+	}
+	out := buf.Bytes()
+	if got := uint64(len(out) - len(dst)); got != size {
+		return dst, fmt.Errorf("%d bytes of state, header says %d", got, size)
+	}
+	if crc32.Checksum(out[len(dst):], castagnoli) != sum {
+		return dst, errors.New("checksum mismatch")
+	}
+	return out, nil
+}
+
+// Writer writes a snapshot file piece by piece; the file appears, whole,
+// at Commit. Small pieces are gathered into one of at least minPiece
+// bytes, so that a namespace of small entities does not pay a frame for
+// each of their queues; a large one is compressed on its own.
+type Writer struct {
+	dir, final, tmp string
+	index           uint64
+	f               *os.File
+	bw              *bufio.Writer
+	p               *pieceWriter
+	pending         []byte
+}
+
+// minPiece is the least raw state Writer puts in a piece (but the last).
+const minPiece = 256 << 10
+
+// Create starts the snapshot at index in dir.
+func Create(dir string, index uint64) (*Writer, error) {
+	if err := log.MkdirAllDurable(dir, 0o750); err != nil {
+		return nil, err
+	}
 	final := filepath.Join(dir, fileName(index))
 	tmp := final + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
 	if err != nil {
-		return Info{}, err
+		return nil, err
 	}
-	_, err = f.Write(data)
+	w := &Writer{dir: dir, final: final, tmp: tmp, index: index, f: f, bw: bufio.NewWriterSize(f, 1<<20)}
+	w.p = newPieceWriter(w.bw, index)
+	return w, nil
+}
+
+// Add adds the next piece of the raw state; raw may be reused afterwards.
+func (w *Writer) Add(raw []byte) error {
+	if len(w.pending) == 0 && len(raw) >= minPiece {
+		return w.p.add(raw)
+	}
+	w.pending = append(w.pending, raw...)
+	if len(w.pending) < minPiece {
+		return w.p.err
+	}
+	err := w.p.add(w.pending)
+	w.pending = w.pending[:0]
+	return err
+}
+
+// Bytes is the raw state added so far.
+func (w *Writer) Bytes() int64 { return int64(w.p.raw) + int64(len(w.pending)) }
+
+// Commit ends the file, fsyncs it and renames it into place.
+func (w *Writer) Commit() (Info, error) {
+	w.p.add(w.pending)
+	err := w.p.end()
 	if err == nil {
-		err = f.Sync()
+		err = w.bw.Flush()
 	}
-	if cerr := f.Close(); err == nil {
+	if err == nil {
+		err = w.f.Sync()
+	}
+	var size int64
+	if fi, serr := w.f.Stat(); err == nil && serr == nil {
+		size = fi.Size()
+	}
+	if cerr := w.f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, final)
+		err = os.Rename(w.tmp, w.final)
 	}
 	if err != nil {
-		os.Remove(tmp)
-		return Info{}, fmt.Errorf("write snapshot %d: %w", index, err)
+		os.Remove(w.tmp)
+		return Info{}, fmt.Errorf("write snapshot %d: %w", w.index, err)
 	}
-	if err := log.SyncDir(dir); err != nil {
+	if err := log.SyncDir(w.dir); err != nil {
 		return Info{}, err
 	}
-	return Info{Index: index, Path: final, Size: int64(len(data))}, nil
+	return Info{Index: w.index, Path: w.final, Size: size}, nil
+}
+
+// Abort drops the snapshot being written.
+func (w *Writer) Abort() {
+	w.f.Close()
+	os.Remove(w.tmp)
+}
+
+// Write stores a snapshot of raw state at index in dir atomically.
+func Write(dir string, index uint64, raw []byte) (Info, error) {
+	w, err := Create(dir, index)
+	if err != nil {
+		return Info{}, err
+	}
+	for len(raw) > 0 {
+		n := min(len(raw), pieceSize)
+		if err := w.Add(raw[:n]); err != nil {
+			w.Abort()
+			return Info{}, err
+		}
+		raw = raw[n:]
+	}
+	return w.Commit()
 }
 
 // List returns the snapshots in dir, newest first. Leftover temporary files

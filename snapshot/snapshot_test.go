@@ -2,8 +2,10 @@ package snapshot
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"testing"
 	"time"
@@ -162,7 +164,7 @@ func TestLongerThanClaimedIsRejected(t *testing.T) {
 	e := state(t, 30)
 	raw := e.Encode(nil)
 	b := Encode(e.LastIndex(), raw)
-	b[27]-- // raw length one byte short
+	b[23]-- // the piece's raw length one byte short
 	for range 3 {
 		if _, _, err := Decode(b); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("decode: %v", err)
@@ -316,3 +318,64 @@ type cutLog struct{ first, last uint64 }
 func (c cutLog) FirstIndex() uint64                              { return c.first }
 func (c cutLog) LastIndex() uint64                               { return c.last }
 func (c cutLog) ScanFrom(uint64, func(*event.Event) error) error { return nil }
+
+// A version 1 file (the whole state in one frame, its length and CRC in
+// the header) still loads.
+func TestReadsVersion1(t *testing.T) {
+	e := state(t, 50)
+	raw := e.Encode(nil)
+	b := make([]byte, headerSizeV1)
+	copy(b, magic)
+	binary.BigEndian.PutUint32(b[8:], 1)
+	binary.BigEndian.PutUint64(b[12:], e.LastIndex())
+	binary.BigEndian.PutUint64(b[20:], uint64(len(raw)))
+	binary.BigEndian.PutUint32(b[28:], crc32.Checksum(raw, castagnoli))
+	b = encoder().EncodeAll(raw, b)
+	index, got, err := Decode(b)
+	if err != nil || index != e.LastIndex() || !bytes.Equal(got, raw) {
+		t.Fatalf("index %d, %d bytes, %v", index, len(got), err)
+	}
+	b[len(b)/2] ^= 1
+	if _, _, err := Decode(b); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a damaged version 1 file: %v", err)
+	}
+}
+
+// The broker writes a state in the pieces EncodePieces gives, one per
+// queue, gathered up to minPiece; the file loads back to the same state,
+// and a file that lost its end, or a piece, is refused.
+func TestPieces(t *testing.T) {
+	e := state(t, 40_000)
+	dir := t.TempDir()
+	w, err := Create(dir, e.LastIndex())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := e.EncodePieces(func(p []byte) error { n++; return w.Add(p) }); err != nil {
+		t.Fatal(err)
+	}
+	info, err := w.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1+len(e.QueueNumbers())+1 {
+		t.Fatalf("%d pieces for %d queues", n, len(e.QueueNumbers()))
+	}
+	if b, _ := os.ReadFile(info.Path); bytes.Count(b, []byte{0x28, 0xb5, 0x2f, 0xfd}) < 2 {
+		t.Fatal("the file has one zstd frame: the state should take more than one piece")
+	}
+	raw, err := Read(info)
+	if err != nil || !bytes.Equal(raw, e.Encode(nil)) {
+		t.Fatalf("read back: %v", err)
+	}
+	b, _ := os.ReadFile(info.Path)
+	if _, _, err := Decode(b[:len(b)-endSize]); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("without its end: %v", err)
+	}
+	first := headerSize + pieceHeader + int(binary.BigEndian.Uint32(b[headerSize+8:]))
+	cut := append(append([]byte{}, b[:headerSize]...), b[first:]...)
+	if _, _, err := Decode(cut); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("without its first piece: %v", err)
+	}
+}
