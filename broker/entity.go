@@ -319,8 +319,8 @@ func (e *Entity) applyAppended(evs []event.Event, err error) error {
 // messages that are gone.
 func (e *Entity) trackCache(ev *event.Event) {
 	switch ev.Type {
-	case event.Enqueued, event.Scheduled, event.Activated, event.Forwarded, event.Restored, event.Published,
-		event.Copied:
+	case event.Enqueued, event.Scheduled, event.Activated, event.Forwarded, event.Restored, event.RestoredCopy,
+		event.Published, event.Copied:
 		e.cache.add(*ev)
 		if ev.Type == event.Activated || ev.Type == event.Published && ev.Seq != 0 {
 			e.cache.remove(ev.Seq)

@@ -251,9 +251,16 @@ func (e *Entity) Restore(ds []Delivery, done func(error)) {
 // folded.
 func restored(d *Delivery) projection.Restored {
 	f := foldOverlays(d.Overlays)
-	return projection.Restored{Seq: d.Seq, Body: d.Message, MessageID: d.MessageID, SessionID: d.SessionID,
+	r := projection.Restored{Seq: d.Seq, Body: d.Message, MessageID: d.MessageID, SessionID: d.SessionID,
 		Expires: d.ExpiresAt, Deliveries: d.Deliveries, Hops: d.Hops,
 		Source: f.source, Reason: f.reason, Description: f.description, Props: f.props}
+	for _, ov := range d.Overlays {
+		if ov.Rule != "" {
+			// A rule action's copy: its rule and changes go along.
+			r.Copy = projection.EncodeCopy(ov.Rule, ov.Changes)
+		}
+	}
+	return r
 }
 
 // folded is what a message's overlays come to in a record that carries
@@ -268,7 +275,8 @@ type folded struct {
 func foldOverlays(overlays []Overlay) folded {
 	var f folded
 	for _, ov := range overlays {
-		if ov.Type == event.DeadLettered || ov.Type == event.Forwarded || ov.Type == event.TransferDeadLettered {
+		if ov.Type == event.DeadLettered || ov.Type == event.Forwarded || ov.Type == event.TransferDeadLettered ||
+			ov.Type == event.Copied && ov.Reason != "" {
 			f.reason, f.description = ov.Reason, ov.Description
 		}
 		if ov.Source != "" {

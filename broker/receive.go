@@ -455,17 +455,27 @@ func (e *Entity) delivery(q uint32, seq uint64) (Delivery, error) {
 			}
 		case event.Forwarded:
 			o.Source = ov.Name
-		case event.Restored:
+		case event.Restored, event.RestoredCopy:
 			// A restored message's record folds its earlier overlays: in a
 			// dead-letter queue it stands for the dead-lettering, and
 			// elsewhere, for a message forwarded from another entity's
 			// dead-letter queue, for that arrival (reason and source).
+			// A restored copy's comes after what made it a copy.
 			o.Source = ov.Name
 			switch {
 			case projection.IsDeadLetterQueue(ov.Queue):
 				o.Type = event.DeadLettered
 			case ov.Name != "":
 				o.Type = event.Forwarded
+			default:
+				o.Type = event.Restored
+			}
+			if ov.Type == event.RestoredCopy {
+				rule, changes, err := projection.DecodeCopy(ov.State)
+				if err != nil {
+					return Delivery{}, fmt.Errorf("overlay %d of message %d: %w", ref.Index, seq, err)
+				}
+				d.Overlays = append(d.Overlays, Overlay{Type: event.Copied, Rule: rule, Changes: changes})
 			}
 		}
 		d.Overlays = append(d.Overlays, o)

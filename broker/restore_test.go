@@ -89,3 +89,73 @@ func TestRestoredForwardedMessageKeepsItsSource(t *testing.T) {
 		t.Fatalf("restored forwarded message: overlays %+v, want its arrival from src with reason poison", ov)
 	}
 }
+
+// A rule action's copy restored keeps what made it a copy (its rule and
+// the action's changes), in a subscription and in its dead-letter queue
+// (where it went on arrival, with its reason), across a restart.
+func TestRestoredCopyKeepsItsRule(t *testing.T) {
+	dir := t.TempDir()
+	b := openBroker(t, Options{Dir: dir})
+	news, err := b.CreateTopic("news", DefaultTopicConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultSubscriptionConfig()
+	cfg.RequiresSession = true
+	for _, s := range []struct {
+		name string
+		cfg  Config
+	}{{"tagged", DefaultSubscriptionConfig()}, {"sessions", cfg}} {
+		if err := news.CreateSubscription(s.name, s.cfg, []RuleSpec{{Name: "red",
+			Filter: FilterSpec{Kind: FilterSQL, SQL: "color = 'red'"}, Action: "SET sys.Label = 'hot'; REMOVE color"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sendSync(t, news, colored("a", "red"))
+	tagged, _ := news.SubscriptionQueue("tagged")
+	sessions, _ := news.SubscriptionQueue("sessions")
+	// No SessionId: the session subscription's copy is dead-lettered on
+	// arrival.
+	dead := event.SubqueueOf(sessions, event.KindDeadLetter)
+	for _, q := range []uint32{tagged, dead} {
+		restoreSync(t, news, takeOne(t, news, q))
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, q := range []uint32{tagged, dead} {
+			ds, err := news.Peek(q, 1, 10, "")
+			if err != nil || len(ds) != 1 {
+				t.Fatalf("%s: queue %d holds %d messages (%v)", when, q, len(ds), err)
+			}
+			d := ds[0]
+			var rule string
+			var changes []RuleChange
+			reason := ""
+			for _, ov := range d.Overlays {
+				if ov.Rule != "" {
+					rule, changes = ov.Rule, ov.Changes
+				}
+				if ov.Reason != "" {
+					reason = ov.Reason
+				}
+			}
+			if string(d.Message) != "a" || rule != "red" || len(changes) != 2 || changes[0].Sys != SysLabel ||
+				changes[0].Value.Text() != "hot" || !changes[1].Remove {
+				t.Fatalf("%s: restored copy in queue %d: %q overlays %+v", when, q, d.Message, d.Overlays)
+			}
+			if q == dead && reason == "" {
+				t.Fatalf("%s: the restored dead-lettered copy lost its reason: %+v", when, d.Overlays)
+			}
+		}
+	}
+	check("restored")
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openBroker(t, Options{Dir: dir})
+	defer b.Close()
+	if news, err = b.Entity("news"); err != nil {
+		t.Fatal(err)
+	}
+	check("after a restart")
+}

@@ -71,7 +71,7 @@ func (e *Entity) applyQueue(q *Queue, ev *event.Event) error {
 		// dead-lettered where it came from.
 		q.overlays[ev.Index] = []Ref{{Index: ev.Index, Pos: ev.Pos}}
 		return nil
-	case event.Restored:
+	case event.Restored, event.RestoredCopy:
 		e.enqueue(q, ev.Index, ev.Pos, ev.SessionID, ev.Until)
 		if ev.Deliveries > 0 {
 			m, _ := q.msgs.Get(ev.Index)
@@ -138,7 +138,7 @@ func (e *Entity) applyQueue(q *Queue, ev *event.Event) error {
 // overlay: when it changes something, and always in a dead-letter queue
 // (where it stands for the dead-lettering, reason and all).
 func restoredOverlay(q *Queue, ev *event.Event) bool {
-	return isDeadLetterQueue(q.No) || ev.Name != "" || ev.Reason != "" || ev.Description != "" || len(ev.Props) > 0
+	return isDeadLetterQueue(q.No) || ev.Type == event.RestoredCopy || ev.Name != "" || ev.Reason != "" || ev.Description != "" || len(ev.Props) > 0
 }
 
 // enqueue adds an available message, with its expiry timer.

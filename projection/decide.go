@@ -182,6 +182,9 @@ type Restored struct {
 	Reason      string
 	Description string
 	Props       []byte
+	// A rule action's copy also keeps what made it one: Copy, as
+	// EncodeCopy writes it (the rule and the action's changes).
+	Copy []byte
 }
 
 // Outcome is how a receiver settles a locked message.
@@ -503,9 +506,13 @@ func (d *decision) restore(c Restore) error {
 		if isDeadLetterQueue(c.Queue) {
 			until = 0
 		}
-		d.emit(event.Event{Type: event.Restored, Queue: c.Queue, Seq: m.Seq, Until: until, Deliveries: uint32(m.Deliveries),
+		typ := event.Restored
+		if m.Copy != nil {
+			typ = event.RestoredCopy
+		}
+		d.emit(event.Event{Type: typ, Queue: c.Queue, Seq: m.Seq, Until: until, Deliveries: uint32(m.Deliveries),
 			MessageID: m.MessageID, SessionID: m.SessionID, Name: m.Source, Reason: m.Reason,
-			Description: m.Description, Props: m.Props, Message: m.Body, Hops: m.Hops})
+			Description: m.Description, Props: m.Props, State: m.Copy, Message: m.Body, Hops: m.Hops})
 	}
 	return nil
 }

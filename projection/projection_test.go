@@ -245,7 +245,7 @@ func TestSnapshotWithDamagedSessionNumberingRefused(t *testing.T) {
 
 func topicEvent(t event.Type) bool {
 	switch t {
-	case event.Published, event.Copied, event.SubscriptionCreated, event.SubscriptionUpdated,
+	case event.Published, event.Copied, event.RestoredCopy, event.SubscriptionCreated, event.SubscriptionUpdated,
 		event.SubscriptionDeleted, event.RuleAdded, event.RuleRemoved:
 		return true
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection/filter"
 )
 
@@ -214,4 +215,21 @@ func DecodeOverlay(b []byte) (filter.Overlay, error) {
 		return nil, fmt.Errorf("decode action overlay: %w", err)
 	}
 	return o, nil
+}
+
+// EncodeCopy is what a RestoredCopy event keeps of a rule action's copy:
+// the rule's name and the action's changes (as EncodeOverlay writes them).
+func EncodeCopy(rule string, changes filter.Overlay) []byte {
+	return append(event.AppendString(nil, rule), EncodeOverlay(changes)...)
+}
+
+// DecodeCopy reads what EncodeCopy wrote.
+func DecodeCopy(b []byte) (rule string, changes filter.Overlay, err error) {
+	r := event.NewReader(b)
+	rule = r.String()
+	if r.Err() != nil {
+		return "", nil, fmt.Errorf("decode restored copy: %w", r.Err())
+	}
+	changes, err = DecodeOverlay(r.Fixed(r.Len()))
+	return rule, changes, err
 }

@@ -96,7 +96,7 @@ func Audit(data, entity string, opts AuditOptions) ([]*Life, error) {
 	var logEnd int64
 	dmg, err := recs.walk(1, 0, func(ev *event.Event, _ string) error {
 		logEnd = ev.Time
-		if ev.Type == event.Activated || ev.Type == event.Restored {
+		if ev.Type == event.Activated || ev.Type == event.Restored || ev.Type == event.RestoredCopy {
 			activatedAs[ev.Seq], scheduledAs[ev.Index] = ev.Index, ev.Seq
 		}
 		if opts.MessageID != "" && hasMessage(ev.Type) && ev.MessageID == opts.MessageID {
@@ -256,7 +256,7 @@ func (l *Life) follow(ev *event.Event) {
 			fmt.Fprintf(&b, ", expires %s", until(ev.Until))
 		}
 		l.step(ev, b.String())
-	case event.Restored:
+	case event.Restored, event.RestoredCopy:
 		l.stage, l.Outcome, l.queue, l.Deliveries = "available", "", ev.Queue, int(ev.Deliveries)
 		l.step(ev, fmt.Sprintf("restored: its receive-and-delete delivery never left (the link closed); seq %d is now seq %d in %s",
 			ev.Seq, ev.Index, QueueName(ev.Queue)))

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/walbus/walbus/log/event"
+	"github.com/walbus/walbus/projection"
 )
 
 // EventRecord is one event as replay prints it in JSON: the envelope and the
@@ -188,7 +189,7 @@ func eventRecord(ev *event.Event, c eventContext) EventRecord {
 		r.From = ev.Seq
 	case event.Copied:
 		r.From = ev.Index - ev.Seq
-	case event.Enqueued, event.Activated, event.Forwarded, event.Restored:
+	case event.Enqueued, event.Activated, event.Forwarded, event.Restored, event.RestoredCopy:
 		if ev.Until != 0 {
 			r.Expires = rfc3339(ev.Until)
 		}
@@ -205,7 +206,7 @@ func eventRecord(ev *event.Event, c eventContext) EventRecord {
 	case event.Remembered:
 		r.RememberedUntil = rfc3339(ev.Until)
 	}
-	if ev.Type == event.Activated || ev.Type == event.Forwarded || ev.Type == event.Restored {
+	if ev.Type == event.Activated || ev.Type == event.Forwarded || ev.Type == event.Restored || ev.Type == event.RestoredCopy {
 		r.From = ev.Seq
 	}
 	if ev.Type == event.Locked {
@@ -256,6 +257,11 @@ func eventDetails(ev *event.Event, c eventContext) string {
 		add("reason", quoteIfNeeded(ev.Reason))
 	case event.Restored:
 		add("from", strconv.FormatUint(ev.Seq, 10))
+	case event.RestoredCopy:
+		add("from", strconv.FormatUint(ev.Seq, 10))
+		if rule, _, err := projection.DecodeCopy(ev.State); err == nil {
+			add("rule", quoteIfNeeded(rule))
+		}
 	case event.Remembered:
 		add("via", quoteIfNeeded(ev.Name))
 		add("id", quoteIfNeeded(ev.MessageID))
@@ -300,7 +306,7 @@ func eventDetails(ev *event.Event, c eventContext) string {
 		}
 	}
 	switch ev.Type {
-	case event.Enqueued, event.Activated, event.Forwarded, event.Restored, event.Published:
+	case event.Enqueued, event.Activated, event.Forwarded, event.Restored, event.RestoredCopy, event.Published:
 		if ev.Until != 0 {
 			add("expires", rel(ev.Until))
 		}

@@ -13,7 +13,8 @@ import (
 
 // topicData writes a data directory with a topic "news": subscriptions
 // all, red (a filter) and tagged (a rule with an action), messages sent,
-// one completed and one dead-lettered in "all".
+// one completed and one dead-lettered in "all", and a copy of "tagged"
+// taken by a receive-and-delete receiver and handed back.
 func topicData(t *testing.T) string {
 	dir := t.TempDir()
 	s := newScene(t, dir, 0)
@@ -42,6 +43,13 @@ func topicData(t *testing.T) string {
 	rc := s.receiver(news, all, "r", broker.PeekLock)
 	rc.settle(rc.take(), projection.Complete, "")
 	rc.settle(rc.take(), projection.DeadLetter, "bad")
+	tagged, _ := news.SubscriptionQueue("tagged")
+	rd := s.receiver(news, tagged, "rd", broker.ReceiveAndDelete)
+	done := make(chan error, 1)
+	news.Restore([]broker.Delivery{rd.take()}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 	s.close()
 	return dir
 }
@@ -54,7 +62,7 @@ func TestToolsOnATopic(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{"subscription-created", "name=red", "rule-added", "published", "to=[s1,s2]",
-		"to=[s1]", "copied", "rule=tag", "of=8"} {
+		"to=[s1]", "copied", "rule=tag", "of=8", "restored-copy"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("replay lacks %q:\n%s", want, text)
 		}

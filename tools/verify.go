@@ -528,7 +528,7 @@ func (c *entityCheck) full(seg string) {
 				c.lg.eventf(seg, at, "queue %s: message %d is %s but has a lock record: %v", qn, seq, m.State, locked)
 			}
 			c.record(qn, seq, seq, m.Pos, "its own record", event.Enqueued, event.Scheduled, event.Activated, event.Forwarded,
-				event.Restored, event.Published, event.Copied)
+				event.Restored, event.RestoredCopy, event.Published, event.Copied)
 			for i, ref := range q.Overlays(seq) {
 				// A topic's copy reads its body from the published record
 				// before it, its first overlay.
@@ -543,7 +543,7 @@ func (c *entityCheck) full(seg string) {
 					continue
 				}
 				c.record(qn, seq, ref.Index, ref.Pos, "an overlay", event.Abandoned, event.Deferred, event.DeadLettered, event.Forwarded,
-					event.Restored, event.TransferDeadLettered, event.Copied)
+					event.Restored, event.RestoredCopy, event.TransferDeadLettered, event.Copied)
 			}
 			if m.Session != 0 {
 				if ss := q.Sessions(); ss == nil || ss.ByNo(m.Session) == nil {

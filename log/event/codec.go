@@ -70,6 +70,8 @@ var layouts = map[Type][]field{
 		fMessage},
 	Restored: {fQueue, fSeq, fUntil, fDeliveries, fMessageID, fSessionID, fName, fReason, fDescription, fProps,
 		fMessage},
+	RestoredCopy: {fQueue, fSeq, fUntil, fDeliveries, fMessageID, fSessionID, fName, fReason, fDescription, fProps,
+		fState, fMessage},
 	Remembered: {fName, fMessageID, fUntil},
 	Published:  {fQueue, fSeq, fUntil, fMessageID, fSessionID, fProps, fMessage},
 	Copied:     {fQueue, fSeq, fUntil, fSessionID, fName, fReason, fDescription, fProps},
@@ -109,7 +111,8 @@ var layouts = map[Type][]field{
 // of the (many) messages it does not concern, are unchanged. Decoding
 // refuses a tail that holds zero, so every record has one encoding.
 var tails = map[Type]field{
-	Enqueued: fHops, Scheduled: fHops, Activated: fHops, Forwarded: fHops, Restored: fHops, Published: fHops,
+	Enqueued: fHops, Scheduled: fHops, Activated: fHops, Forwarded: fHops, Restored: fHops, RestoredCopy: fHops,
+	Published: fHops,
 }
 
 // tail is the optional field e's record carries, if any.

@@ -62,6 +62,11 @@ const (
 	// filter that failed, a session subscription given a message without
 	// a SessionId) carries Reason and Description instead.
 	Copied Type = 18
+	// RestoredCopy: a rule action's copy restored, as Restored restores a
+	// message (the same fields), with State holding what made it a copy:
+	// the rule's name and the action's changes (projection encodes them),
+	// which Restored's folded property maps cannot express.
+	RestoredCopy Type = 19
 
 	Locked      Type = 20 // a message was locked for a receiver (peek-lock)
 	LockRenewed Type = 21 // the lock's owner extended it
@@ -167,7 +172,7 @@ const FlagContinued uint8 = 1
 var typeNames = map[Type]string{
 	EntityCreated: "entity-created", EntityUpdated: "entity-updated", EntityDeleted: "entity-deleted",
 	Enqueued: "enqueued", Scheduled: "scheduled", ScheduleCancelled: "schedule-cancelled", Activated: "activated",
-	Forwarded: "forwarded", Restored: "restored", Remembered: "remembered",
+	Forwarded: "forwarded", Restored: "restored", RestoredCopy: "restored-copy", Remembered: "remembered",
 	Published: "published", Copied: "copied",
 	SubscriptionCreated: "subscription-created", SubscriptionUpdated: "subscription-updated",
 	SubscriptionDeleted: "subscription-deleted", RuleAdded: "rule-added", RuleRemoved: "rule-removed",
@@ -192,7 +197,7 @@ func (t Type) String() string {
 // SequenceNumber is the event's index.
 func (t Type) CreatesMessage() bool {
 	switch t {
-	case Enqueued, Scheduled, Activated, Forwarded, Restored, Published, Copied:
+	case Enqueued, Scheduled, Activated, Forwarded, Restored, RestoredCopy, Published, Copied:
 		return true
 	}
 	return false
