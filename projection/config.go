@@ -33,7 +33,36 @@ type Config struct {
 	// fails to evaluate goes to the subscription's dead-letter queue
 	// instead of being dropped there. Service Bus's default is true.
 	DeadLetterOnFilterError bool `json:"deadLetteringOnFilterEvaluationExceptions,omitempty"`
+
+	// Settings of the administration API. They are stored and reported;
+	// the broker honours Status, AutoDeleteOnIdle and MaxSizeMB.
+	Status           Status        `json:"status,omitempty"`             // "" is Active
+	AutoDeleteOnIdle time.Duration `json:"autoDeleteOnIdle,omitempty"`   // 0: never
+	MaxSizeMB        int           `json:"maxSizeInMegabytes,omitempty"` // 0: DefaultMaxSizeMB
+	UserMetadata     string        `json:"userMetadata,omitempty"`
+	// Accepted and reported only: walbus has one partition and always
+	// keeps order, and it batches what it can whatever the setting.
+	NoBatchedOperations bool `json:"noBatchedOperations,omitempty"` // EnableBatchedOperations false
+	EnablePartitioning  bool `json:"enablePartitioning,omitempty"`
+	NoSupportOrdering   bool `json:"noSupportOrdering,omitempty"` // a topic's SupportOrdering false
 }
+
+// Status is an entity's availability, as the administration API sets it.
+type Status string
+
+// The statuses Service Bus lets a client set.
+const (
+	StatusActive          Status = "Active"
+	StatusDisabled        Status = "Disabled"
+	StatusSendDisabled    Status = "SendDisabled"
+	StatusReceiveDisabled Status = "ReceiveDisabled"
+)
+
+// DefaultMaxSizeMB is an entity's MaxSizeInMegabytes when none is given.
+const DefaultMaxSizeMB = 1024
+
+// MinAutoDeleteOnIdle is the shortest AutoDeleteOnIdle Service Bus takes.
+const MinAutoDeleteOnIdle = 5 * time.Minute
 
 // Service Bus defaults and limits.
 const (
@@ -86,6 +115,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("duplicate detection window %v out of range [%v, %v]", c.DuplicateWindow, MinDuplicateWindow, MaxDuplicateWindow)
 	case c.MaxMessageSize < 1 || c.MaxMessageSize > MaxMessageSizeLimit:
 		return fmt.Errorf("max message size %d out of range [1, %d]", c.MaxMessageSize, MaxMessageSizeLimit)
+	case c.Status != "" && c.Status != StatusActive && c.Status != StatusDisabled && c.Status != StatusSendDisabled &&
+		c.Status != StatusReceiveDisabled:
+		return fmt.Errorf("status %q is not Active, Disabled, SendDisabled or ReceiveDisabled", c.Status)
+	case c.AutoDeleteOnIdle < 0:
+		return fmt.Errorf("negative auto-delete-on-idle %v", c.AutoDeleteOnIdle)
+	case c.MaxSizeMB < 0:
+		return fmt.Errorf("negative max size %d MB", c.MaxSizeMB)
+	case len(c.UserMetadata) > 1024:
+		return fmt.Errorf("user metadata of %d characters, at most 1024", len(c.UserMetadata))
 	}
 	return nil
 }

@@ -14,10 +14,13 @@ import (
 // optional SQL action. It is stored as given (JSON, in RuleAdded events and
 // snapshots), so enumerating rules returns the expressions verbatim.
 type RuleSpec struct {
-	Name    string     `json:"name"`
-	Filter  FilterSpec `json:"filter"`
-	Action  string     `json:"action,omitempty"`  // SQL rule action; "" for none
-	Created int64      `json:"created,omitempty"` // unix ns, from the RuleAdded event
+	Name   string     `json:"name"`
+	Filter FilterSpec `json:"filter"`
+	Action string     `json:"action,omitempty"` // SQL rule action; "" for none
+	// ActionParameters are the values of the action's @name references
+	// (only the ATOM API carries them), in the order given.
+	ActionParameters []filter.Property `json:"actionParameters,omitempty"`
+	Created          int64             `json:"created,omitempty"` // unix ns, from the RuleAdded event
 }
 
 // FilterKind is the type of a rule's filter.
@@ -34,9 +37,12 @@ const (
 // FilterSpec is a rule's filter: SQL text, true, false, or a correlation
 // filter.
 type FilterSpec struct {
-	Kind        FilterKind       `json:"kind"`
-	SQL         string           `json:"sql,omitempty"`
-	Correlation *CorrelationSpec `json:"correlation,omitempty"`
+	Kind FilterKind `json:"kind"`
+	SQL  string     `json:"sql,omitempty"`
+	// Parameters are the values of a SQL filter's @name references (only
+	// the ATOM API carries them), in the order given.
+	Parameters  []filter.Property `json:"parameters,omitempty"`
+	Correlation *CorrelationSpec  `json:"correlation,omitempty"`
 }
 
 // CorrelationSpec is a correlation filter: nil fields are not set.
@@ -115,7 +121,11 @@ func compileRule(r RuleSpec) (*rule, error) {
 	case FilterFalse:
 		out.filter = filter.FalseFilter{}
 	case FilterSQL:
-		f, err := filter.CompileSQL(r.Filter.SQL)
+		params, err := paramMap(r.Filter.Parameters)
+		if err != nil {
+			return nil, fmt.Errorf("%w: rule %s: the filter's parameters: %v", ErrInvalid, r.Name, err)
+		}
+		f, err := filter.CompileSQLParams(r.Filter.SQL, params)
 		if err != nil {
 			return nil, fmt.Errorf("%w: rule %s: the filter: %v", ErrInvalid, r.Name, err)
 		}
@@ -143,7 +153,11 @@ func compileRule(r RuleSpec) (*rule, error) {
 		return nil, fmt.Errorf("%w: rule %s: unknown filter type %q", ErrInvalid, r.Name, r.Filter.Kind)
 	}
 	if r.Action != "" {
-		a, err := filter.CompileAction(r.Action)
+		params, err := paramMap(r.ActionParameters)
+		if err != nil {
+			return nil, fmt.Errorf("%w: rule %s: the action's parameters: %v", ErrInvalid, r.Name, err)
+		}
+		a, err := filter.CompileActionParams(r.Action, params)
 		if err != nil {
 			return nil, fmt.Errorf("%w: rule %s: the action: %v", ErrInvalid, r.Name, err)
 		}
@@ -152,9 +166,26 @@ func compileRule(r RuleSpec) (*rule, error) {
 	return out, nil
 }
 
+// paramMap is a rule's parameters as the compiler takes them: nil for
+// none. A name given twice is refused: a map would keep only one of them.
+func paramMap(params []filter.Property) (map[string]filter.Value, error) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	m := make(map[string]filter.Value, len(params))
+	for _, p := range params {
+		if _, ok := m[p.Name]; ok {
+			return nil, fmt.Errorf("%q is given twice", p.Name)
+		}
+		m[p.Name] = p.Value
+	}
+	return m, nil
+}
+
 // validUTF8 refuses a rule whose text is not UTF-8.
 func (r RuleSpec) validUTF8() error {
-	texts := []string{r.Filter.SQL, r.Action}
+	texts := appendPropertyTexts([]string{r.Filter.SQL, r.Action}, r.Filter.Parameters)
+	texts = appendPropertyTexts(texts, r.ActionParameters)
 	if c := r.Filter.Correlation; c != nil {
 		for _, p := range []*string{c.CorrelationID, c.MessageID, c.To, c.ReplyTo, c.Subject, c.SessionID,
 			c.ReplyToSessionID, c.ContentType} {
@@ -162,12 +193,7 @@ func (r RuleSpec) validUTF8() error {
 				texts = append(texts, *p)
 			}
 		}
-		for _, p := range c.Properties {
-			texts = append(texts, p.Name)
-			if p.Value.Kind() == filter.KindString {
-				texts = append(texts, p.Value.Text())
-			}
-		}
+		texts = appendPropertyTexts(texts, c.Properties)
 	}
 	for _, t := range texts {
 		if !utf8.ValidString(t) {
@@ -175,6 +201,17 @@ func (r RuleSpec) validUTF8() error {
 		}
 	}
 	return nil
+}
+
+// appendPropertyTexts appends the names and string values of props.
+func appendPropertyTexts(texts []string, props []filter.Property) []string {
+	for _, p := range props {
+		texts = append(texts, p.Name)
+		if p.Value.Kind() == filter.KindString {
+			texts = append(texts, p.Value.Text())
+		}
+	}
+	return texts
 }
 
 func (r RuleSpec) encode() []byte {
