@@ -164,7 +164,7 @@ func (c *Conn) closeWith(err *frames.Error) {
 
 // serve runs the connection from the first byte to the last callback.
 func (c *Conn) serve() error {
-	if tc, ok := c.nc.(*tls.Conn); ok {
+	if tc, ok := unwrap(c.nc).(*tls.Conn); ok {
 		if c.cfg.HandshakeTimeout > 0 {
 			_ = c.nc.SetDeadline(time.Now().Add(c.cfg.HandshakeTimeout))
 		}
@@ -173,14 +173,16 @@ func (c *Conn) serve() error {
 		}
 		st := tc.ConnectionState()
 		c.info.TLS = &st
-		if t, ok := tc.NetConn().(*net.TCPConn); ok {
+		if t, ok := unwrap(tc.NetConn()).(*net.TCPConn); ok {
 			c.ackRaw, _ = t.SyscallConn()
 		}
 	}
 	if err := c.handshake(); err != nil {
 		return c.abort(err)
 	}
-	if tc, ok := c.nc.(*net.TCPConn); ok {
+	if tc, ok := unwrap(c.nc).(*net.TCPConn); ok {
+		// Writes may go straight to the socket (tryWrite); reads go
+		// through c.nc, which may hold bytes Split peeked at.
 		c.raw, _ = tc.SyscallConn()
 		c.ackRaw = c.raw
 	}
