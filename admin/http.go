@@ -44,10 +44,30 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}{status, h.entities.Load()})
 }
 
-// Handler serves /health and /metrics.
-func Handler(h *Health, m *Metrics) http.Handler {
+// Handler serves /health and /metrics, and everything else with api (the
+// administration API; nil for none).
+func Handler(h *Health, m *Metrics, api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /health", h)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	if api != nil {
+		mux.Handle("/", api)
+	}
 	return mux
+}
+
+// Later is a handler set once it can serve: until then it answers 503, as
+// the administration API does while the broker recovers.
+type Later struct{ h atomic.Pointer[http.Handler] }
+
+// Set makes h serve from now on.
+func (l *Later) Set(h http.Handler) { l.h.Store(&h) }
+
+func (l *Later) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := l.h.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, "walbus is starting", http.StatusServiceUnavailable)
 }

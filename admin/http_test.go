@@ -11,7 +11,7 @@ import (
 // again once shutdown starts, so a poller never reaches a half-ready broker.
 func TestHealthStates(t *testing.T) {
 	h := &Health{}
-	srv := httptest.NewServer(Handler(h, NewMetrics()))
+	srv := httptest.NewServer(Handler(h, NewMetrics(), nil))
 	defer srv.Close()
 	get := func() (int, string) {
 		resp, err := srv.Client().Get(srv.URL + "/health")

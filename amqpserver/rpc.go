@@ -142,6 +142,8 @@ func classify(err error) (condition string, status int32) {
 		return condNotFound, 404
 	case errors.Is(err, broker.ErrEntityExists):
 		return condEntityExists, 409
+	case errors.Is(err, broker.ErrEntityDisabled):
+		return condEntityDisabled, 400
 	case errors.Is(err, broker.ErrQuotaExceeded):
 		return condResourceLimit, 403
 	case errors.Is(err, broker.ErrTimeout):

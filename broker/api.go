@@ -103,6 +103,7 @@ var (
 	ErrNotAllowed            = projection.ErrNotAllowed
 	ErrInvalid               = projection.ErrInvalid
 	ErrQuotaExceeded         = projection.ErrQuotaExceeded
+	ErrEntityDisabled        = projection.ErrEntityDisabled
 	// ErrLogFailed: the entity's log could not write; nothing more is
 	// accepted until walbus restarts.
 	ErrLogFailed = log.ErrFailed

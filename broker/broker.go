@@ -189,6 +189,7 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	b.ns, b.nsLast = ns, ns.LastIndex()
 	specs := map[uint64]string{} // live entity ids -> name
 	cfgs := map[uint64]entitySpec{}
+	times := map[uint64][2]int64{} // created, updated (unix ns)
 	err = ns.Scan(1, func(ev *event.Event) error {
 		switch ev.Type {
 		case event.EntityCreated, event.EntityUpdated:
@@ -201,6 +202,12 @@ func Open(opts Options) (*Broker, Recovery, error) {
 				id = idOf(specs, ev.Name)
 			}
 			specs[id], cfgs[id] = ev.Name, spec
+			t := times[id]
+			if ev.Type == event.EntityCreated {
+				t[0] = ev.Time
+			}
+			t[1] = ev.Time
+			times[id] = t
 		case event.EntityDeleted:
 			id := idOf(specs, ev.Name)
 			delete(specs, id)
@@ -233,6 +240,8 @@ func Open(opts Options) (*Broker, Recovery, error) {
 			return nil, rec, err
 		}
 		rec.Entities = append(rec.Entities, er)
+		e.created.Store(times[id][0])
+		e.updated.Store(times[id][1])
 		b.entities[strings.ToLower(e.name)] = e
 		if cfg := e.cfg.Load(); cfg != nil && ignoredForwarding(*cfg) {
 			b.logger.Warn("queue requires sessions; its ForwardTo is ignored", "entity", e.name, "forward_to", cfg.ForwardTo)

@@ -36,6 +36,9 @@ type Entity struct {
 	logRef atomic.Pointer[log.Log]
 	// arcBytes is the size of archives, for the same readers.
 	arcBytes atomic.Int64
+	// created and updated are when the namespace recorded the entity and
+	// its last change (unix ns), for the administration API.
+	created, updated atomic.Int64
 	// recoverTo is, while a failed entity recovers, the last index its log
 	// had made durable: recovery cuts what came after.
 	recoverTo uint64

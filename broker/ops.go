@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/walbus/walbus/index"
 	"github.com/walbus/walbus/log/event"
@@ -15,6 +16,10 @@ import (
 // Send takes ownership of the messages' Body slices. done runs on a broker
 // goroutine and must not block.
 func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error)) {
+	if err := e.sendable(); err != nil {
+		done(err)
+		return
+	}
 	t, hops, via, err := e.forwardTarget(queue, msgs)
 	if err != nil {
 		done(err)
@@ -26,6 +31,31 @@ func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error))
 	t.do(done, func(t *Entity) ([]event.Event, error) {
 		return t.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via, Nonce: t.topicNonce()})
 	})
+}
+
+// sendable refuses sends to an entity whose Status is Disabled or
+// SendDisabled.
+func (e *Entity) sendable() error {
+	if cfg := e.cfg.Load(); cfg != nil && (cfg.Status == projection.StatusDisabled || cfg.Status == projection.StatusSendDisabled) {
+		return fmt.Errorf("%w: %s is %s; it takes no messages", projection.ErrEntityDisabled, e.name, cfg.Status)
+	}
+	return nil
+}
+
+// receivable refuses receivers of queue q (on the actor) when its entity
+// or its subscription is Disabled or ReceiveDisabled.
+func (e *Entity) receivable(q uint32) error {
+	cfgs := []projection.Config{e.st.Config()}
+	if s := e.st.SubscriptionOf(q); s != nil {
+		cfgs = append(cfgs, s.Config())
+	}
+	for _, cfg := range cfgs {
+		if cfg.Status == projection.StatusDisabled || cfg.Status == projection.StatusReceiveDisabled {
+			return fmt.Errorf("%w: %s is %s; nothing can be received from it", projection.ErrEntityDisabled,
+				queuePath(e.st, e.name, q), cfg.Status)
+		}
+	}
+	return nil
 }
 
 // topicNonce is randomness for newid() in a topic's rule actions; a queue
@@ -442,6 +472,11 @@ func (e *Entity) Sync() error {
 	case <-e.done:
 		return ErrClosed
 	}
+}
+
+// Times are when the entity was created and last changed.
+func (e *Entity) Times() (created, updated time.Time) {
+	return time.Unix(0, e.created.Load()), time.Unix(0, e.updated.Load())
 }
 
 // Bytes is the size of the entity's log and archives on disk.

@@ -152,6 +152,9 @@ func (e *Entity) Attach(opts ReceiverOptions) (*Receiver, error) {
 		if q == nil {
 			return nil, fmt.Errorf("%w: no queue %d", projection.ErrInvalid, opts.Queue)
 		}
+		if err := e.receivable(opts.Queue); err != nil {
+			return nil, err
+		}
 		switch {
 		case q.Sessions() != nil && !opts.Sessions:
 			// Service Bus's own words, which the Go SDK's tests look for.

@@ -351,6 +351,9 @@ func (b *Broker) create(name, kind string, cfg Config) (*Entity, error) {
 		}
 		return nil, err
 	}
+	now := b.clock.Now().UnixNano()
+	e.created.Store(now)
+	e.updated.Store(now)
 	b.entities[strings.ToLower(name)] = e
 	b.logger.Info("entity created", "entity", name, "kind", kind)
 	return e, nil
@@ -375,6 +378,9 @@ func (b *Broker) update(name, kind string, cfg Config) error {
 		return err
 	}
 	spec, _ := json.Marshal(entitySpec{Kind: kind, Config: cfg})
-	_, err := b.appendNamespace(event.Event{Type: event.EntityUpdated, Name: e.name, Props: spec})
-	return err
+	if _, err := b.appendNamespace(event.Event{Type: event.EntityUpdated, Name: e.name, Props: spec}); err != nil {
+		return err
+	}
+	e.updated.Store(b.clock.Now().UnixNano())
+	return nil
 }

@@ -32,6 +32,9 @@ var (
 	// ErrNotAllowed: the operation does not apply to this entity or queue.
 	// amqp:not-allowed
 	ErrNotAllowed = errors.New("the operation is not allowed on this entity")
+	// ErrEntityDisabled: the entity's Status refuses the operation
+	// (Disabled, SendDisabled, ReceiveDisabled). com.microsoft:entity-disabled
+	ErrEntityDisabled = errors.New("the messaging entity is disabled")
 	// ErrExists: a subscription or rule of that name exists.
 	// com.microsoft:entity-already-exists
 	ErrExists = errors.New("the messaging entity already exists")

@@ -30,6 +30,8 @@ func run(args []string) int {
 		return benchCmd(args[1:])
 	case "compact":
 		return compactCmd(args[1:])
+	case "queue", "topic", "subscription", "rule":
+		return entityCmd(args[0], args[1:])
 	case "replay", "audit", "state", "verify", "dump":
 		return toolsCmd(args[0], args[1:])
 	case "help", "-h", "--help":
@@ -48,6 +50,12 @@ Usage:
   walbus serve [flags]    run the broker (walbus serve --help for its flags)
   walbus cert [flags]     write a local CA and server certificate for TLS
   walbus bench [flags]    load a broker with real clients and report throughput and latency
+
+Entities of a running walbus (through its administration API):
+  walbus queue create|get|list|update|delete NAME [flags]
+  walbus topic create|get|list|update|delete NAME [flags]
+  walbus subscription create|get|list|update|delete TOPIC NAME [flags]
+  walbus rule create|get|list|update|delete TOPIC SUBSCRIPTION NAME [flags]
 
 Offline tools (on a data directory; the server stopped):
   walbus replay [flags]   every event in log order, as a table or JSON lines

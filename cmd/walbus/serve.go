@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -76,13 +77,13 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&o.data, "data", "./data", "data directory")
 	fs.StringVar(&o.amqpAddr, "amqp", "127.0.0.1:5672", "AMQP listen address (plain TCP, as the emulator); empty to disable")
-	fs.StringVar(&o.amqpsAddr, "amqps", "", "AMQP over TLS listen address, e.g. 127.0.0.1:5671 (needs --tls-cert and --tls-key)")
+	fs.StringVar(&o.amqpsAddr, "amqps", "", "AMQP over TLS listen address, e.g. 127.0.0.1:5671 (needs --tls-cert and --tls-key; it serves HTTPS too)")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (PEM), for --amqps and HTTPS")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key file (PEM)")
-	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:5300", "HTTP listen address for /health and /metrics; empty to disable")
+	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:5300", "HTTP listen address for /health, /metrics and the administration API (every listener serves AMQP and HTTP alike); empty to disable")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler at /debug/pprof/ on --http (for performance work)")
 	fs.BoolVar(&o.repair, "repair", false, "start even if a log's last segment is damaged, cutting it at the damage: the records from there on are lost (walbus verify shows what they are)")
-	fs.BoolVar(&o.httpTLS, "http-tls", false, "serve --http as HTTPS with --tls-cert and --tls-key")
+	fs.BoolVar(&o.httpTLS, "http-tls", false, "insist on --tls-cert and --tls-key for --http (with a certificate every listener takes TLS anyway)")
 	fs.StringVar(&o.config, "config", "", "emulator Config.json: entities to create if they do not exist")
 	fs.StringVar(&o.sync, "sync", "always", "fsync policy: always (nothing acknowledged before fsync), interval, or none (unsafe)")
 	fs.DurationVar(&o.syncInterval, "sync-interval", 10*time.Millisecond, "longest wait between fsyncs with --sync interval, and for lock records (whose loss means only a redelivery) with --sync always")
@@ -334,23 +335,35 @@ func serve(args []string) int {
 	defer stop()
 	health := &admin.Health{}
 	metrics := admin.NewMetrics()
-	var httpSrv *http.Server
+	tlsCfg, err := serverTLS(o)
+	if err != nil {
+		logger.Error("cannot load the TLS certificate", "err", err)
+		return 1
+	}
+	// Every listener serves AMQP and HTTP (the administration API, /health,
+	// /metrics), over TLS too when walbus has a certificate: the Go admin
+	// client dials https:// on the AMQP endpoint's own port.
+	var api admin.Later
+	httpHandler := admin.Handler(health, metrics, &api)
+	if o.pprof {
+		httpHandler = withProfiler(httpHandler)
+	}
+	httpSrv := &http.Server{Handler: httpHandler, ReadHeaderTimeout: 10 * time.Second, ConnContext: admin.ConnContext}
+	var splits []*transport.Split
+	defer func() {
+		for _, sp := range splits {
+			sp.Close()
+		}
+	}()
 	if o.httpAddr != "" {
 		ln, err := net.Listen("tcp", o.httpAddr)
-		if err == nil && o.httpTLS {
-			ln.Close()
-			ln, err = listenTLS(o.httpAddr, o.tlsCert, o.tlsKey)
-		}
 		if err != nil {
 			logger.Error("cannot listen for HTTP", "addr", o.httpAddr, "err", err)
 			return 1
 		}
-		handler := admin.Handler(health, metrics)
-		if o.pprof {
-			handler = withProfiler(handler)
-		}
-		httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-		go httpSrv.Serve(ln)
+		sp := transport.NewSplit(ln, tlsCfg, logger)
+		splits = append(splits, sp)
+		go httpSrv.Serve(sp.HTTP())
 		logger.Info("listening", "http", ln.Addr().String())
 	}
 
@@ -389,12 +402,21 @@ func serve(args []string) int {
 	srv := amqpserver.New(b, amqpserver.Config{Keys: keys, Logger: logger, AuthTimeout: o.authTimeout,
 		SessionWait: o.sessionWait, Transport: withNoSASL(o.limits)})
 	metrics.SetConnections(srv.Stats)
-	listeners, err := listenAMQP(o, srv, logger)
+	api.Set(admin.NewAPI(b, keys, logger))
+	for _, sp := range splits {
+		go srv.Serve(sp.AMQP()) // AMQP on the HTTP listener
+	}
+	more, err := listenAMQP(o, tlsCfg, logger)
 	if err != nil {
 		logger.Error("cannot listen for AMQP", "err", err)
 		b.Close()
 		return 1
 	}
+	for _, sp := range more {
+		go srv.Serve(sp.AMQP())
+		go httpSrv.Serve(sp.HTTP())
+	}
+	splits = append(splits, more...)
 	health.Ready(len(b.Entities()))
 	tuneProcs(ctx, o.procs, logger)
 	if o.idleCheckpoint > 0 {
@@ -412,8 +434,8 @@ func serve(args []string) int {
 	}()
 	logger.Info("shutting down")
 	health.Stopping()
-	for _, ln := range listeners {
-		ln.Close()
+	for _, sp := range splits {
+		sp.Close()
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
@@ -430,9 +452,7 @@ func serve(args []string) int {
 		logger.Error("shutdown took too long; exiting (the log keeps everything acknowledged)")
 		return 1
 	}
-	if httpSrv != nil {
-		httpSrv.Shutdown(shutdown)
-	}
+	httpSrv.Shutdown(shutdown)
 	logger.Info("stopped")
 	return 0
 }
@@ -444,31 +464,25 @@ func withNoSASL(c transport.Config) transport.Config {
 	return c
 }
 
-// listenAMQP starts the plain and TLS listeners.
-func listenAMQP(o *serveOptions, srv *amqpserver.Server, logger *slog.Logger) ([]net.Listener, error) {
-	var listeners []net.Listener
-	if o.amqpAddr != "" {
-		ln, err := net.Listen("tcp", o.amqpAddr)
-		if err != nil {
-			return nil, err
+// listenAMQP listens on the AMQP addresses: --amqp, where clients start in
+// plain TCP (TLS is taken too when walbus has a certificate), and --amqps.
+func listenAMQP(o *serveOptions, tlsCfg *tls.Config, logger *slog.Logger) ([]*transport.Split, error) {
+	var splits []*transport.Split
+	for _, l := range []struct{ name, addr string }{{"amqp", o.amqpAddr}, {"amqps", o.amqpsAddr}} {
+		if l.addr == "" {
+			continue
 		}
-		listeners = append(listeners, ln)
-		go srv.Serve(ln)
-		logger.Info("listening", "amqp", ln.Addr().String())
-	}
-	if o.amqpsAddr != "" {
-		ln, err := listenTLS(o.amqpsAddr, o.tlsCert, o.tlsKey)
+		ln, err := net.Listen("tcp", l.addr)
 		if err != nil {
-			for _, l := range listeners {
-				l.Close()
+			for _, sp := range splits {
+				sp.Close()
 			}
 			return nil, err
 		}
-		listeners = append(listeners, ln)
-		go srv.Serve(ln)
-		logger.Info("listening", "amqps", ln.Addr().String())
+		splits = append(splits, transport.NewSplit(ln, tlsCfg, logger))
+		logger.Info("listening", l.name, ln.Addr().String())
 	}
-	return listeners, nil
+	return splits, nil
 }
 
 // fileLimitHint explains an error that ran out of file descriptors: each

@@ -19,15 +19,18 @@ import (
 	"time"
 )
 
-// listenTLS listens on addr with the certificate and key files, for AMQP
-// over TLS the way Service Bus serves it on 5671 (TLS first, no AMQP 2
-// header).
-func listenTLS(addr, certFile, keyFile string) (net.Listener, error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+// serverTLS is the TLS configuration of --tls-cert and --tls-key, nil
+// without them: AMQP over TLS the way Service Bus serves it on 5671 (TLS
+// first, no AMQP 2 header), and HTTPS.
+func serverTLS(o *serveOptions) (*tls.Config, error) {
+	if o.tlsCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
 	if err != nil {
 		return nil, fmt.Errorf("load TLS certificate: %w", err)
 	}
-	return tls.Listen("tcp", addr, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // certCmd writes a local certificate authority and a server certificate

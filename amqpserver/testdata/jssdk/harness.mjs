@@ -5,7 +5,7 @@
 // harness uses bin/walbus at the repository root. WALBUS_KEEP=1 keeps each
 // broker's data directory and log after the run.
 
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { createWriteStream, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -65,14 +65,25 @@ process.once("exit", () => {
 });
 
 // Broker is one walbus process (restartable on the same port and data dir).
+// Options: tls: true gives it a certificate from `walbus cert` (for
+// localhost and 127.0.0.1), so its port also serves TLS, and caPath names
+// the authority that signed it; args are more `walbus serve` flags.
 export class Broker {
-  constructor(queues) {
+  constructor(queues, { tls = false, args = [] } = {}) {
     this.queues = queues;
     this.dir = mkdtempSync(path.join(os.tmpdir(), "walbus-jssdk-"));
     this.dataDir = path.join(this.dir, "data");
     this.configPath = path.join(this.dir, "Config.json");
     this.logPath = path.join(this.dir, "walbus.log");
     writeFileSync(this.configPath, JSON.stringify(emulatorConfig(queues), null, 2));
+    this.extraArgs = [...args];
+    this.caPath = null;
+    if (tls) {
+      const certs = path.join(this.dir, "certs");
+      execFileSync(walbusBinary(), ["cert", "--out", certs], { stdio: "pipe" });
+      this.caPath = path.join(certs, "ca.pem");
+      this.extraArgs.push("--tls-cert", path.join(certs, "server.pem"), "--tls-key", path.join(certs, "server-key.pem"));
+    }
     this.proc = null;
     this.port = 0;
     this.clients = [];
@@ -96,7 +107,10 @@ export class Broker {
     await new Promise((resolve) => log.once("open", resolve));
     // --http= turns off the /health listener, whose fixed default port
     // would clash between the brokers of test files running in parallel.
-    const args = ["serve", "--data", this.dataDir, "--amqp", `127.0.0.1:${this.port}`, "--config", this.configPath, "--http="];
+    const args = [
+      "serve", "--data", this.dataDir, "--amqp", `127.0.0.1:${this.port}`, "--config", this.configPath, "--http=",
+      ...this.extraArgs,
+    ];
     const proc = spawn(walbusBinary(), args, { stdio: ["ignore", log, log] });
     this.proc = proc;
     live.add(proc);
@@ -208,10 +222,11 @@ export class Broker {
   }
 }
 
-// brokerSuite starts one broker with the given queues for a test file and
-// returns a `test` function whose failures print the tail of the broker log.
-export function brokerSuite(queues) {
-  const broker = new Broker(queues);
+// brokerSuite starts one broker with the given queues (and Broker's
+// options) for a test file and returns a `test` function whose failures
+// print the tail of the broker log.
+export function brokerSuite(queues, options) {
+  const broker = new Broker(queues, options);
   before(async () => {
     await broker.start();
   });
