@@ -8,6 +8,7 @@ require (
 	github.com/Azure/go-amqp v1.7.0
 	github.com/RoaringBitmap/roaring/v2 v2.30.0
 	github.com/cockroachdb/datadriven v1.0.3
+	github.com/coder/websocket v1.8.15
 	github.com/klauspost/compress v1.20.3
 	github.com/prometheus/client_golang v1.25.0
 	github.com/tidwall/wal v1.2.1

@@ -205,6 +205,7 @@ func (q *Queue) add(seq uint64, m index.Meta, session string) {
 	q.all.Add(seq)
 	q.set(m.State).Add(seq)
 	q.msgs.Put(seq, m)
+	q.bytes += uint64(m.Pos.Size)
 	if m.State == index.Available && m.Session != 0 {
 		s := q.sessions.ByNo(m.Session)
 		s.Available.Add(seq)
@@ -217,6 +218,7 @@ func (q *Queue) remove(seq uint64, m index.Meta) {
 	q.set(m.State).Remove(seq)
 	q.all.Remove(seq)
 	q.msgs.Delete(seq)
+	q.bytes -= uint64(m.Pos.Size)
 	q.locks.Delete(seq)
 	delete(q.overlays, seq)
 	if m.Session != 0 {

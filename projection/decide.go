@@ -397,6 +397,25 @@ func (d *decision) expiry(ttl time.Duration) int64 {
 	return d.now + int64(ttl)
 }
 
+// quota refuses msgs when the entity holds MaxSizeMB already, or would
+// with them, as Service Bus refuses a send to a full entity; it takes
+// sends again once receivers have drained it.
+func (e *Entity) quota(msgs []Message) error {
+	if e.cfg.MaxSizeMB <= 0 {
+		return nil // not set: no quota (Service Bus's default of 1024 is reported, not applied)
+	}
+	limit := uint64(e.cfg.MaxSizeMB) << 20
+	size := e.SizeBytes()
+	for _, m := range msgs {
+		size += uint64(len(m.Body))
+	}
+	if size > limit {
+		return fmt.Errorf("%w: the entity holds %d bytes of messages, its MaxSizeInMegabytes is %d", ErrQuotaExceeded,
+			e.SizeBytes(), e.cfg.MaxSizeMB)
+	}
+	return nil
+}
+
 func (d *decision) send(c Send) error {
 	q, err := d.queue(c.Queue)
 	if err != nil {
@@ -410,6 +429,9 @@ func (d *decision) send(c Send) error {
 		return fmt.Errorf("%w: messages cannot be sent to a subscription", ErrNotAllowed)
 	}
 	cfg := d.e.cfg
+	if err := d.e.quota(c.Messages); err != nil {
+		return err
+	}
 	if f := c.Forward; f != nil {
 		if len(c.Messages) != 1 {
 			return fmt.Errorf("%w: a forward carries one message, not %d", ErrInvalid, len(c.Messages))

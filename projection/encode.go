@@ -486,6 +486,7 @@ func (q *Queue) addDecoded(seq uint64, m index.Meta, deliveries uint64) error {
 	q.all.Add(seq)
 	q.set(m.State).Add(seq)
 	q.msgs.Put(seq, m)
+	q.bytes += uint64(m.Pos.Size)
 	return nil
 }
 

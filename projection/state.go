@@ -38,6 +38,7 @@ type Entity struct {
 type Queue struct {
 	No        uint32
 	cfg       *Config // its behaviour: the entity's, or its subscription's
+	bytes     uint64  // the records of its messages, for the entity's size quota
 	msgs      *index.Messages
 	available *roaring64.Bitmap
 	locked    *roaring64.Bitmap
@@ -152,6 +153,17 @@ func (q *Queue) arrival(seq uint64) uint64 {
 		return refs[len(refs)-1].Index
 	}
 	return seq
+}
+
+// SizeBytes is how much the entity's messages take: the records of the
+// messages of every queue (a topic's message counts once per subscription
+// that holds it). MaxSizeMB is checked against it.
+func (e *Entity) SizeBytes() uint64 {
+	var n uint64
+	for _, q := range e.liveQueues() {
+		n += q.bytes
+	}
+	return n
 }
 
 // Overlays returns the records that modify message seq, oldest first.

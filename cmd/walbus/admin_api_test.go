@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	sbadmin "github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
+	"github.com/coder/websocket"
 )
 
 // adminServer starts walbus with a certificate from `walbus cert` and
@@ -470,5 +472,120 @@ func TestAdminStatus(t *testing.T) {
 	setStatus(sbadmin.EntityStatusActive)
 	if err := receive(); err != nil {
 		t.Fatalf("receive once Active: %v", err)
+	}
+}
+
+// AMQP over WebSockets, as clients behind proxies use it: the Go SDK with
+// ClientOptions.NewWebSocketConn dials wss://HOST:PORT/$servicebus/websocket
+// on the AMQP port, and sends and receives through it.
+func TestWebSocketsThroughTheGoSDK(t *testing.T) {
+	certs := t.TempDir()
+	if code, out, errOut := runWalbus(t, nil, "cert", "--out", certs); code != 0 {
+		t.Fatalf("walbus cert: %d %s %s", code, out, errOut)
+	}
+	cfg := writeConfig(t, "q", `"LockDuration": "PT1M"`)
+	p := startWalbus(t, t.TempDir(), "--config", cfg, "--tls-cert", filepath.Join(certs, "server.pem"),
+		"--tls-key", filepath.Join(certs, "server-key.pem"))
+	pem, err := os.ReadFile(filepath.Join(certs, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	dials := 0
+	client, err := azservicebus.NewClientFromConnectionString(p.adminConnString("RootManageSharedAccessKey", "SAS_KEY_VALUE"),
+		&azservicebus.ClientOptions{NewWebSocketConn: func(ctx context.Context, args azservicebus.NewWebSocketConnArgs) (net.Conn, error) {
+			dials++
+			if !strings.HasPrefix(args.Host, "wss://localhost:") || !strings.HasSuffix(args.Host, "/$servicebus/websocket") {
+				t.Errorf("the SDK dials %s", args.Host)
+			}
+			c, _, err := websocket.Dial(ctx, args.Host, &websocket.DialOptions{Subprotocols: []string{"AMQPWSB10"},
+				HTTPClient: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}})
+			if err != nil {
+				return nil, err
+			}
+			return websocket.NetConn(context.Background(), c, websocket.MessageBinary), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	defer client.Close(ctx)
+	sender, err := client.NewSender("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sender.SendMessage(ctx, &azservicebus.Message{Body: []byte("through a websocket")}, nil); err != nil {
+		t.Fatalf("send: %v\n%s", err, p.logs())
+	}
+	receiver, err := client.NewReceiverForQueue("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := receiver.ReceiveMessages(ctx, 1, nil)
+	if err != nil || len(msgs) != 1 || string(msgs[0].Body) != "through a websocket" {
+		t.Fatalf("receive: %v %v", msgs, err)
+	}
+	if err := receiver.CompleteMessage(ctx, msgs[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	if dials == 0 {
+		t.Fatal("the SDK never dialled a websocket")
+	}
+}
+
+// MaxSizeInMegabytes set through the API is a quota: a send that would
+// take the queue past it is refused as Service Bus refuses it
+// (amqp:resource-limit-exceeded), and taken again once a receiver has
+// drained the queue.
+func TestAdminMaxSize(t *testing.T) {
+	p, ac := adminServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := ac.CreateQueue(ctx, "small", &sbadmin.CreateQueueOptions{Properties: &sbadmin.QueueProperties{
+		MaxSizeInMegabytes: toPtr[int32](1)}}); err != nil {
+		t.Fatal(err)
+	}
+	client, err := azservicebus.NewClientFromConnectionString(p.connString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(ctx)
+	sender, err := client.NewSender("small", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 200<<10)
+	sent := 0
+	var full error
+	for sent < 10 {
+		if full = sender.SendMessage(ctx, &azservicebus.Message{Body: body}, nil); full != nil {
+			break
+		}
+		sent++
+	}
+	if full == nil || !strings.Contains(full.Error(), "resource-limit-exceeded") || sent < 4 || sent > 5 {
+		t.Fatalf("after %d sends of 200 KiB into a 1 MB queue: %v", sent, full)
+	}
+	receiver, err := client.NewReceiverForQueue("small", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := receiver.ReceiveMessages(ctx, 2, nil)
+	if err != nil || len(msgs) == 0 {
+		t.Fatalf("receive: %v", err)
+	}
+	for _, m := range msgs {
+		if err := receiver.CompleteMessage(ctx, m, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sender2, err := client.NewSender("small", nil) // the SDK closed the refused link
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sender2.SendMessage(ctx, &azservicebus.Message{Body: body}, nil); err != nil {
+		t.Fatalf("a send once drained: %v", err)
 	}
 }

@@ -343,8 +343,9 @@ func serve(args []string) int {
 	// Every listener serves AMQP and HTTP (the administration API, /health,
 	// /metrics), over TLS too when walbus has a certificate: the Go admin
 	// client dials https:// on the AMQP endpoint's own port.
-	var api admin.Later
+	var api, ws admin.Later
 	httpHandler := admin.Handler(health, metrics, &api)
+	httpHandler = withWebSockets(httpHandler, &ws)
 	if o.pprof {
 		httpHandler = withProfiler(httpHandler)
 	}
@@ -403,6 +404,7 @@ func serve(args []string) int {
 		SessionWait: o.sessionWait, Transport: withNoSASL(o.limits)})
 	metrics.SetConnections(srv.Stats)
 	api.Set(admin.NewAPI(b, keys, logger))
+	ws.Set(transport.WebSocketHandler(srv.ServeConn, logger))
 	for _, sp := range splits {
 		go srv.Serve(sp.AMQP()) // AMQP on the HTTP listener
 	}
@@ -455,6 +457,19 @@ func serve(args []string) int {
 	httpSrv.Shutdown(shutdown)
 	logger.Info("stopped")
 	return 0
+}
+
+// withWebSockets serves AMQP over WebSockets at transport.WebSocketPath
+// with ws, and everything else with next.
+func withWebSockets(next, ws http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// uAMQP (the Python SDK 7.8) asks for the path with a trailing slash.
+		if strings.TrimSuffix(r.URL.Path, "/") == transport.WebSocketPath {
+			ws.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func withNoSASL(c transport.Config) transport.Config {
