@@ -134,17 +134,7 @@ func (a *API) entityRequest(w http.ResponseWriter, r *http.Request, segs []strin
 func (a *API) entity(w http.ResponseWriter, r *http.Request, name string) {
 	switch r.Method {
 	case http.MethodGet:
-		e, err := a.b.Entity(name)
-		if err != nil {
-			a.brokerError(w, r, err)
-			return
-		}
-		info, err := a.entityInfo(e)
-		if err != nil {
-			a.brokerError(w, r, err)
-			return
-		}
-		a.write(w, http.StatusOK, "entry", atom.Entry(base(r), info))
+		a.replyEntity(w, r, name, http.StatusOK)
 	case http.MethodPut:
 		body, ok := a.body(w, r)
 		if !ok {
@@ -207,17 +197,7 @@ func (a *API) entity(w http.ResponseWriter, r *http.Request, name string) {
 			a.brokerError(w, r, err)
 			return
 		}
-		e, err := a.b.Entity(name)
-		if err != nil {
-			a.brokerError(w, r, err)
-			return
-		}
-		info, err := a.entityInfo(e)
-		if err != nil {
-			a.brokerError(w, r, err)
-			return
-		}
-		a.write(w, created(update), "entry", atom.Entry(base(r), info))
+		a.replyEntity(w, r, name, created(update))
 	case http.MethodDelete:
 		if err := a.b.DeleteEntity(name); err != nil {
 			a.brokerError(w, r, err)
@@ -238,6 +218,21 @@ func replacing(defaults, current projection.Config) projection.Config {
 	defaults.RequiresDuplicateDetection = current.RequiresDuplicateDetection
 	defaults.Topic = current.Topic
 	return defaults
+}
+
+// replyEntity answers with queue or topic name's entry.
+func (a *API) replyEntity(w http.ResponseWriter, r *http.Request, name string, status int) {
+	e, err := a.b.Entity(name)
+	if err != nil {
+		a.brokerError(w, r, err)
+		return
+	}
+	info, err := a.entityInfo(e)
+	if err != nil {
+		a.brokerError(w, r, err)
+		return
+	}
+	a.write(w, status, "entry", atom.Entry(base(r), info))
 }
 
 func kindName(topic bool) string {

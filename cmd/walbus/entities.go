@@ -495,117 +495,88 @@ func iso(flagName, s string) (*string, error) {
 	return &out, nil
 }
 
-// common applies the settings every kind has.
-func (f *entityFlags) common(ttl, autoDelete **string, status **sbadmin.EntityStatus, metadata **string) error {
-	var err error
-	if f.set["ttl"] {
-		if *ttl, err = iso("ttl", f.ttl); err != nil {
-			return err
+// fields are the settings of one kind's SDK properties struct, nil where
+// the kind has none.
+type fields struct {
+	lockDuration, dupWindow, ttl, autoDelete, forwardTo, forwardDLQ, metadata **string
+	maxDelivery, maxSize                                                      **int32
+	sessions, dedup, dlqOnExpiry                                              **bool
+	status                                                                    **sbadmin.EntityStatus
+}
+
+// apply sets the fields whose flags were given.
+func (f *entityFlags) apply(p fields) error {
+	durations := []struct {
+		flag  string
+		value string
+		field **string
+	}{{"lock-duration", f.lockDuration, p.lockDuration}, {"duplicate-window", f.dupWindow, p.dupWindow},
+		{"ttl", f.ttl, p.ttl}, {"auto-delete-on-idle", f.autoDelete, p.autoDelete}}
+	for _, d := range durations {
+		if d.field != nil && f.set[d.flag] {
+			v, err := iso(d.flag, d.value)
+			if err != nil {
+				return err
+			}
+			*d.field = v
 		}
 	}
-	if f.set["auto-delete-on-idle"] {
-		if *autoDelete, err = iso("auto-delete-on-idle", f.autoDelete); err != nil {
-			return err
+	for _, s := range []struct {
+		flag  string
+		value *string
+		field **string
+	}{{"forward-to", &f.forwardTo, p.forwardTo}, {"forward-dead-letters-to", &f.forwardDLQ, p.forwardDLQ},
+		{"metadata", &f.metadata, p.metadata}} {
+		if s.field != nil && f.set[s.flag] {
+			*s.field = s.value
 		}
 	}
-	if f.set["status"] {
+	for _, n := range []struct {
+		flag  string
+		value int
+		field **int32
+	}{{"max-delivery-count", f.maxDelivery, p.maxDelivery}, {"max-size-mb", f.maxSizeMB, p.maxSize}} {
+		if n.field != nil && f.set[n.flag] {
+			v := int32(n.value)
+			*n.field = &v
+		}
+	}
+	for _, b := range []struct {
+		flag  string
+		value *bool
+		field **bool
+	}{{"sessions", &f.sessions, p.sessions}, {"duplicate-detection", &f.dedup, p.dedup},
+		{"dead-letter-on-expiry", &f.dlqOnExpiry, p.dlqOnExpiry}} {
+		if b.field != nil && f.set[b.flag] {
+			*b.field = b.value
+		}
+	}
+	if p.status != nil && f.set["status"] {
 		s := sbadmin.EntityStatus(f.status)
-		*status = &s
-	}
-	if f.set["metadata"] {
-		*metadata = &f.metadata
+		*p.status = &s
 	}
 	return nil
 }
 
 func (f *entityFlags) queueProps(p *sbadmin.QueueProperties) error {
-	if err := f.common(&p.DefaultMessageTimeToLive, &p.AutoDeleteOnIdle, &p.Status, &p.UserMetadata); err != nil {
-		return err
-	}
-	var err error
-	if f.set["lock-duration"] {
-		if p.LockDuration, err = iso("lock-duration", f.lockDuration); err != nil {
-			return err
-		}
-	}
-	if f.set["duplicate-window"] {
-		if p.DuplicateDetectionHistoryTimeWindow, err = iso("duplicate-window", f.dupWindow); err != nil {
-			return err
-		}
-	}
-	if f.set["max-delivery-count"] {
-		n := int32(f.maxDelivery)
-		p.MaxDeliveryCount = &n
-	}
-	if f.set["max-size-mb"] {
-		n := int32(f.maxSizeMB)
-		p.MaxSizeInMegabytes = &n
-	}
-	if f.set["sessions"] {
-		p.RequiresSession = &f.sessions
-	}
-	if f.set["duplicate-detection"] {
-		p.RequiresDuplicateDetection = &f.dedup
-	}
-	if f.set["dead-letter-on-expiry"] {
-		p.DeadLetteringOnMessageExpiration = &f.dlqOnExpiry
-	}
-	if f.set["forward-to"] {
-		p.ForwardTo = &f.forwardTo
-	}
-	if f.set["forward-dead-letters-to"] {
-		p.ForwardDeadLetteredMessagesTo = &f.forwardDLQ
-	}
-	return nil
+	return f.apply(fields{lockDuration: &p.LockDuration, dupWindow: &p.DuplicateDetectionHistoryTimeWindow,
+		ttl: &p.DefaultMessageTimeToLive, autoDelete: &p.AutoDeleteOnIdle, forwardTo: &p.ForwardTo,
+		forwardDLQ: &p.ForwardDeadLetteredMessagesTo, metadata: &p.UserMetadata, maxDelivery: &p.MaxDeliveryCount,
+		maxSize: &p.MaxSizeInMegabytes, sessions: &p.RequiresSession, dedup: &p.RequiresDuplicateDetection,
+		dlqOnExpiry: &p.DeadLetteringOnMessageExpiration, status: &p.Status})
 }
 
 func (f *entityFlags) topicProps(p *sbadmin.TopicProperties) error {
-	if err := f.common(&p.DefaultMessageTimeToLive, &p.AutoDeleteOnIdle, &p.Status, &p.UserMetadata); err != nil {
-		return err
-	}
-	var err error
-	if f.set["duplicate-window"] {
-		if p.DuplicateDetectionHistoryTimeWindow, err = iso("duplicate-window", f.dupWindow); err != nil {
-			return err
-		}
-	}
-	if f.set["max-size-mb"] {
-		n := int32(f.maxSizeMB)
-		p.MaxSizeInMegabytes = &n
-	}
-	if f.set["duplicate-detection"] {
-		p.RequiresDuplicateDetection = &f.dedup
-	}
-	return nil
+	return f.apply(fields{dupWindow: &p.DuplicateDetectionHistoryTimeWindow, ttl: &p.DefaultMessageTimeToLive,
+		autoDelete: &p.AutoDeleteOnIdle, metadata: &p.UserMetadata, maxSize: &p.MaxSizeInMegabytes,
+		dedup: &p.RequiresDuplicateDetection, status: &p.Status})
 }
 
 func (f *entityFlags) subscriptionProps(p *sbadmin.SubscriptionProperties) error {
-	if err := f.common(&p.DefaultMessageTimeToLive, &p.AutoDeleteOnIdle, &p.Status, &p.UserMetadata); err != nil {
-		return err
-	}
-	var err error
-	if f.set["lock-duration"] {
-		if p.LockDuration, err = iso("lock-duration", f.lockDuration); err != nil {
-			return err
-		}
-	}
-	if f.set["max-delivery-count"] {
-		n := int32(f.maxDelivery)
-		p.MaxDeliveryCount = &n
-	}
-	if f.set["sessions"] {
-		p.RequiresSession = &f.sessions
-	}
-	if f.set["dead-letter-on-expiry"] {
-		p.DeadLetteringOnMessageExpiration = &f.dlqOnExpiry
-	}
-	if f.set["forward-to"] {
-		p.ForwardTo = &f.forwardTo
-	}
-	if f.set["forward-dead-letters-to"] {
-		p.ForwardDeadLetteredMessagesTo = &f.forwardDLQ
-	}
-	return nil
+	return f.apply(fields{lockDuration: &p.LockDuration, ttl: &p.DefaultMessageTimeToLive, autoDelete: &p.AutoDeleteOnIdle,
+		forwardTo: &p.ForwardTo, forwardDLQ: &p.ForwardDeadLetteredMessagesTo, metadata: &p.UserMetadata,
+		maxDelivery: &p.MaxDeliveryCount, sessions: &p.RequiresSession, dlqOnExpiry: &p.DeadLetteringOnMessageExpiration,
+		status: &p.Status})
 }
 
 // printEntities prints views as a table: names with counts, then each
