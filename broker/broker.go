@@ -55,6 +55,12 @@ type Options struct {
 	// to twice), and the log is cut to what its state still needs. Default
 	// 10 s; negative: never.
 	IdleCheckpoint time.Duration
+	// AutoDeleteScan is how often the broker looks for entities idle for
+	// their AutoDeleteOnIdle (autodelete.go). Default 30 s.
+	AutoDeleteScan time.Duration
+	// AutoDeleteScale divides every AutoDeleteOnIdle when it is checked:
+	// tests only, so that Service Bus's 5-minute minimum takes seconds.
+	AutoDeleteScale int
 	// CompactBytes is the least a compaction of an entity's log must free
 	// (see compact.go): after a snapshot, when the segments truncation had
 	// to keep for a few old messages hold at least this much and twice what
@@ -114,6 +120,9 @@ func (o Options) withDefaults() Options {
 	if o.IdleCheckpoint == 0 {
 		o.IdleCheckpoint = 10 * time.Second
 	}
+	if o.AutoDeleteScan <= 0 {
+		o.AutoDeleteScan = max(30*time.Second/time.Duration(max(o.AutoDeleteScale, 1)), 50*time.Millisecond)
+	}
 	if o.CompactBytes == 0 {
 		o.CompactBytes = 64 << 20
 	}
@@ -135,6 +144,7 @@ type Broker struct {
 	mu       sync.RWMutex
 	entities map[string]*Entity // by lower-case name
 	closed   bool
+	quit     chan struct{} // closed at shutdown
 }
 
 // Errors about entities.
@@ -171,7 +181,7 @@ type EntityRecovery struct {
 func Open(opts Options) (*Broker, Recovery, error) {
 	start := time.Now()
 	opts = opts.withDefaults()
-	b := &Broker{opts: opts, clock: opts.Clock, logger: opts.Logger, entities: make(map[string]*Entity)}
+	b := &Broker{opts: opts, clock: opts.Clock, logger: opts.Logger, entities: make(map[string]*Entity), quit: make(chan struct{})}
 	var rec Recovery
 	lock, err := log.LockDir(opts.Dir)
 	if err != nil {
@@ -255,6 +265,7 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		e.post(func(*Entity) {})
 	}
 	rec.Took = time.Since(start)
+	go b.runAutoDelete()
 	return b, rec, nil
 }
 
@@ -329,7 +340,9 @@ func (b *Broker) openEntity(name string, id uint64, cfg projection.Config) (*Ent
 		bracket:   noBracket{},
 		receivers: make(map[*Receiver]struct{}),
 		rng:       mrand.New(mrand.NewChaCha8(b.seed(id))),
+		opened:    b.clock.Now().UnixNano(),
 	}
+	e.active.last.Store(e.opened)
 	if b.opts.NewBracket != nil {
 		e.bracket = b.opts.NewBracket()
 	}
@@ -501,6 +514,9 @@ func (b *Broker) shutdown(graceful bool) error {
 		return nil
 	}
 	b.closed = true
+	if b.quit != nil {
+		close(b.quit)
+	}
 	entities := make([]*Entity, 0, len(b.entities))
 	for _, e := range b.entities {
 		entities = append(entities, e)

@@ -39,6 +39,10 @@ type Entity struct {
 	// created and updated are when the namespace recorded the entity and
 	// its last change (unix ns), for the administration API.
 	created, updated atomic.Int64
+	// opened is when it was opened (unix ns), and active when it and its
+	// subscriptions were last used: for AutoDeleteOnIdle.
+	opened int64
+	active activity
 	// recoverTo is, while a failed entity recovers, the last index its log
 	// had made durable: recovery cuts what came after.
 	recoverTo uint64

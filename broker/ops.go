@@ -16,6 +16,7 @@ import (
 // Send takes ownership of the messages' Body slices. done runs on a broker
 // goroutine and must not block.
 func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error)) {
+	e.touch(queue)
 	if err := e.sendable(); err != nil {
 		done(err)
 		return
@@ -98,6 +99,7 @@ func (e *Entity) filterMessage(body []byte) *FilterMessage {
 // stored (scheduled or, if due already, enqueued), in order. Duplicates
 // dropped by duplicate detection have none.
 func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]uint64, error)) {
+	e.touch(queue)
 	t, hops, via, err := e.forwardTarget(queue, msgs)
 	if err != nil {
 		done(nil, err)
@@ -234,6 +236,7 @@ type Settlement struct {
 // link or by lock token alone. done runs once the outcome is durable, or
 // with projection.ErrLockLost if the lock is gone.
 func (e *Entity) Settle(queue uint32, s Settlement, done func(error)) {
+	e.touch(queue)
 	e.do(done, func(e *Entity) ([]event.Event, error) {
 		evs, err := e.decide(projection.Settle{Queue: queue, Token: s.Token, Outcome: s.Outcome, Props: s.Props,
 			Reason: s.Reason, Description: s.Description})
@@ -344,6 +347,7 @@ func (e *Entity) do(done func(error), decide func(*Entity) ([]event.Event, error
 // (unix ns), once durable. It fails as a whole on the first lock that is
 // gone.
 func (e *Entity) Renew(queue uint32, tokens []event.LockToken, done func([]int64, error)) {
+	e.touch(queue)
 	err := e.post(func(e *Entity) {
 		var all []event.Event
 		for _, t := range tokens {
@@ -372,6 +376,7 @@ func (e *Entity) Renew(queue uint32, tokens []event.LockToken, done func([]int64
 // in order and in any state, without locking them. With session set, only
 // that session's messages.
 func (e *Entity) Peek(queue uint32, from uint64, max int, session string) ([]Delivery, error) {
+	e.touch(queue)
 	return call(e, func(e *Entity) ([]Delivery, error) {
 		q, sessionNo, err := e.sessionOf(queue, session)
 		if q == nil || err != nil {
@@ -406,6 +411,7 @@ func (e *Entity) Peek(queue uint32, from uint64, max int, session string) ([]Del
 // if the receiver holds one. done gets them in the order asked; a
 // ReceiveAndDelete result comes once the removal is durable.
 func (e *Entity) ReceiveDeferred(queue uint32, receiver string, session string, seqs []uint64, mode Mode, done func([]Delivery, error)) {
+	e.touch(queue)
 	err := e.post(func(e *Entity) {
 		evs, err := e.decide(projection.LockBySeq{Queue: queue, Receiver: receiver, Session: session, Seqs: seqs,
 			PeekLock: mode == PeekLock, Nonce: e.rng.Uint64()})

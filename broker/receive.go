@@ -144,6 +144,7 @@ func (e *Entity) Attach(opts ReceiverOptions) (*Receiver, error) {
 	if opts.Deliver == nil {
 		return nil, fmt.Errorf("%w: a receiver needs a Deliver function", projection.ErrInvalid)
 	}
+	e.touch(opts.Queue)
 	return call(e, func(e *Entity) (*Receiver, error) {
 		if err := e.check(); err != nil {
 			return nil, err

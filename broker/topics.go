@@ -382,5 +382,6 @@ func (b *Broker) update(name, kind string, cfg Config) error {
 		return err
 	}
 	e.updated.Store(b.clock.Now().UnixNano())
+	e.touch(0)
 	return nil
 }

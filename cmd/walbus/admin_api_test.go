@@ -589,3 +589,77 @@ func TestAdminMaxSize(t *testing.T) {
 		t.Fatalf("a send once drained: %v", err)
 	}
 }
+
+// AutoDeleteOnIdle deletes a queue nobody uses, and a subscription nobody
+// receives from, once idle that long; a queue with a receiver attached, or
+// in use, stays. The deletion holds across a restart. The test runs
+// walbus with --test-auto-delete-scale, so Service Bus's 5-minute minimum
+// takes a second.
+func TestAdminAutoDeleteOnIdle(t *testing.T) {
+	p, ac := adminServer(t, "--test-auto-delete-scale", "300")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	idle := &sbadmin.QueueProperties{AutoDeleteOnIdle: toPtr("PT5M")}
+	for _, q := range []string{"idle", "watched", "busy"} {
+		if _, err := ac.CreateQueue(ctx, q, &sbadmin.CreateQueueOptions{Properties: idle}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ac.CreateQueue(ctx, "short", &sbadmin.CreateQueueOptions{Properties: &sbadmin.QueueProperties{
+		AutoDeleteOnIdle: toPtr("PT1M")}}); statusOf(err) != http.StatusBadRequest {
+		t.Fatalf("an AutoDeleteOnIdle under 5 minutes: %v", err)
+	}
+	if _, err := ac.CreateTopic(ctx, "news", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.CreateSubscription(ctx, "news", "quiet", &sbadmin.CreateSubscriptionOptions{
+		Properties: &sbadmin.SubscriptionProperties{AutoDeleteOnIdle: toPtr("PT5M")}}); err != nil {
+		t.Fatal(err)
+	}
+	client, err := azservicebus.NewClientFromConnectionString(p.connString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(ctx)
+	watcher, err := client.NewReceiverForQueue("watched", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go watcher.ReceiveMessages(ctx, 1, nil) // attaches and waits
+	sender, err := client.NewSender("busy", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// busy is used every 200 ms: never idle for its second.
+		if err := sender.SendMessage(ctx, &azservicebus.Message{Body: []byte("x")}, nil); err != nil {
+			t.Fatal(err)
+		}
+		q, err := ac.GetQueue(ctx, "idle", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ac.GetSubscription(ctx, "news", "quiet", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q == nil && s == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("idle queue %v, quiet subscription %v: not deleted\n%s", q != nil, s != nil, p.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, q := range []string{"watched", "busy"} {
+		if got, err := ac.GetQueue(ctx, q, nil); err != nil || got == nil {
+			t.Fatalf("%s was deleted: %v", q, err)
+		}
+	}
+	p.kill()
+	p.start()
+	if got, err := ac.GetQueue(ctx, "idle", nil); err != nil || got != nil {
+		t.Fatalf("the deleted queue after a restart: %+v %v", got, err)
+	}
+}

@@ -44,6 +44,7 @@ type serveOptions struct {
 	limits                                                       transport.Config
 	maxFrameSize, maxMessageSize                                 int
 	segmentSize, cacheSize, compactBytes, snapshotEvery          int
+	autoDeleteScale                                              int
 	procs                                                        int // 0: the runtime's default
 	authTimeout                                                  time.Duration
 	sessionWait                                                  time.Duration
@@ -101,6 +102,7 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.Var(byteSize{&o.cacheSize}, "cache-size", "each queue's budget for recent messages kept in memory, e.g. 8MiB (older ones are read from the log)")
 	fs.Var(byteSize{&o.segmentSize}, "segment-size", "size at which a log segment file is closed and the next begins, e.g. 4MiB")
 	fs.Var(byteSize{&o.compactBytes}, "compact-bytes", "compact an entity's log while serving once its old messages (dead-lettered, deferred, held by an unread subscription) keep at least this much log that would otherwise go, and twice what they take: they move to an archive and the log is cut; 0 never")
+	fs.IntVar(&o.autoDeleteScale, "test-auto-delete-scale", 1, "for tests only: divide every AutoDeleteOnIdle by this, so that Service Bus's 5-minute minimum takes seconds")
 	fs.IntVar(&o.snapshotEvery, "snapshot-every", 200_000, "events between an entity's snapshots (one is also taken after 256MiB of log)")
 	fs.Var(byteSize{&o.maxMessageSize}, "max-message-size", "largest message a link carries, e.g. 1MiB (up to 100MiB; entities may be lower)")
 	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", 60*time.Second, "close connections silent this long (half is advertised)")
@@ -372,8 +374,8 @@ func serve(args []string) int {
 	var release memoryReleaser
 	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, CacheBytes: int64(o.cacheSize), Logger: logger,
 		Repair: o.repair, IdleCheckpoint: cmp.Or(o.idleCheckpoint, -1), CompactBytes: cmp.Or(int64(o.compactBytes), -1),
-		SnapshotEvery: o.snapshotEvery,
-		NewBracket:    amqpserver.NewBracket, FilterMessage: amqpserver.FilterMessage,
+		SnapshotEvery: o.snapshotEvery, AutoDeleteScale: o.autoDeleteScale,
+		NewBracket: amqpserver.NewBracket, FilterMessage: amqpserver.FilterMessage,
 		OnCommit: func(entity string, s log.CommitStats) {
 			release.touch()
 			metrics.ObserveCommit(entity, s)

@@ -1,0 +1,108 @@
+package broker
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/walbus/walbus/log/event"
+	"github.com/walbus/walbus/projection"
+)
+
+// AutoDeleteOnIdle: an entity whose setting is not zero is deleted once it
+// has been idle that long, as Service Bus does. Idle means, for a queue, no
+// send, receive, settlement, peek or change and no receiver attached; for
+// a topic, no send or change; for a subscription, no receive, settlement or
+// peek and no receiver attached. An entity that forwards (ForwardTo) is
+// never idle. The deletion is the same as a client's: an event in the
+// namespace log (or the topic's, for a subscription), so it holds across
+// restarts. After a restart an entity's idle time counts from the start.
+
+// activity is when an entity, and each of a topic's subscriptions, was last
+// used (unix ns).
+type activity struct {
+	last atomic.Int64
+	subs sync.Map // subscription queue number -> *atomic.Int64
+}
+
+// touch records a use of queue q of e now: of the entity, and of q's
+// subscription if it has one.
+func (e *Entity) touch(q uint32) {
+	now := e.b.clock.Now().UnixNano()
+	e.active.last.Store(now)
+	if q >= event.QueueGroup {
+		v, _ := e.active.subs.LoadOrStore(q-q%event.QueueGroup, &atomic.Int64{})
+		v.(*atomic.Int64).Store(now)
+	}
+}
+
+// autoDelete deletes every entity and subscription idle for longer than its
+// AutoDeleteOnIdle. It runs every Options.AutoDeleteScan.
+func (b *Broker) autoDelete() {
+	now := b.clock.Now().UnixNano()
+	scale := max(b.opts.AutoDeleteScale, 1)
+	idleFor := func(cfg projection.Config, last int64) bool {
+		return cfg.AutoDeleteOnIdle > 0 && cfg.ForwardTo == "" &&
+			time.Duration(now-last) >= cfg.AutoDeleteOnIdle/time.Duration(scale)
+	}
+	for _, e := range b.Entities() {
+		cfg := e.cfg.Load()
+		if cfg == nil {
+			continue
+		}
+		if idleFor(*cfg, e.active.last.Load()) && !e.hasReceivers(nil) {
+			if err := b.DeleteEntity(e.name); err == nil {
+				b.logger.Info("entity deleted: idle for its AutoDeleteOnIdle", "entity", e.name, "auto_delete_on_idle", cfg.AutoDeleteOnIdle)
+			}
+			continue
+		}
+		if !e.IsTopic() {
+			continue
+		}
+		subs, err := e.Subscriptions()
+		if err != nil {
+			continue
+		}
+		for _, s := range subs {
+			last := max(s.Created, e.opened)
+			if v, ok := e.active.subs.Load(s.Queue); ok {
+				last = max(last, v.(*atomic.Int64).Load())
+			}
+			group := s.Queue
+			if idleFor(s.Config, last) && !e.hasReceivers(&group) {
+				if err := e.DeleteSubscription(s.Name); err == nil {
+					b.logger.Info("subscription deleted: idle for its AutoDeleteOnIdle", "entity", e.name,
+						"subscription", s.Name, "auto_delete_on_idle", s.Config.AutoDeleteOnIdle)
+				}
+			}
+		}
+	}
+}
+
+// hasReceivers says whether a receiver is attached to the entity or, with
+// group, to that subscription's queues.
+func (e *Entity) hasReceivers(group *uint32) bool {
+	has, err := call(e, func(e *Entity) (bool, error) {
+		for r := range e.receivers {
+			if group == nil || r.opts.Queue-r.opts.Queue%event.QueueGroup == *group {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return err != nil || has
+}
+
+// runAutoDelete scans for idle entities until the broker closes.
+func (b *Broker) runAutoDelete() {
+	t := time.NewTicker(b.opts.AutoDeleteScan)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			b.autoDelete()
+		case <-b.quit:
+			return
+		}
+	}
+}
