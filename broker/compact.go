@@ -52,7 +52,7 @@ type compactState struct {
 // compaction is one compaction planned off the actor, to install on it.
 type compaction struct {
 	log     *log.Log
-	cut     uint64
+	cut     uint64 // 0: the log stays, only the archives go
 	path    string // the new archive, "" when nothing below cut is needed
 	records int
 	written int64
@@ -119,6 +119,12 @@ func planCompaction(l *log.Log, dir string, st *projection.Entity, index uint64,
 	// Worth it when it frees enough, and twice what it writes; and always
 	// when nothing archived is needed any more.
 	if !(freed >= minBytes && freed >= 2*need || len(archives) > 0 && len(needed) == 0) {
+		if len(archives) > 0 && (len(needed) == 0 || needed[0].Index > archives[0].Last()) {
+			// Not worth cutting the log, but the archives hold nothing
+			// the state reads (what it does read is in the log): drop
+			// them, or the idle checkpoint would ask again and again.
+			return &compaction{log: l, freed: archiveBytes(archives)}, again, nil
+		}
 		return nil, again, nil
 	}
 	c = &compaction{log: l, cut: cut, records: len(needed), freed: freed}
@@ -170,7 +176,10 @@ func (e *Entity) installCompaction(c *compaction) {
 		now = []*log.Archive{fresh}
 	}
 	e.setArchives(now)
-	first, err := e.log.TruncateFront(c.cut)
+	first, err := e.log.FirstIndex(), error(nil)
+	if c.cut > 0 {
+		first, err = e.log.TruncateFront(c.cut)
+	}
 	if err != nil {
 		e.logger().Warn("compaction: truncating the log failed", "cut", c.cut, "err", err)
 		e.setArchives(append(now, old...))
