@@ -265,6 +265,15 @@ func (a *API) entityInfo(e *broker.Entity) (atom.Info, error) {
 			return atom.Info{}, err
 		}
 		info.SubscriptionCount = len(subs)
+		for _, sub := range subs {
+			for _, rule := range sub.Rules {
+				if rule.Filter.Kind == projection.FilterCorrelation {
+					info.CorrelationFilterCount++
+				} else {
+					info.SQLFilterCount++ // true and false filters are SQL filters, $Default too
+				}
+			}
+		}
 		c, err := e.Counts(event.MainQueue)
 		if err != nil {
 			return atom.Info{}, err
@@ -593,16 +602,24 @@ func (a *API) rule(w http.ResponseWriter, r *http.Request, topic, sub, name stri
 		spec.Name = name
 		update := r.Header.Get("If-Match") != ""
 		if update {
-			if _, err := find(); err != nil {
+			old, err := find()
+			if err == nil {
+				err = e.RemoveRule(s.Queue, name)
+			}
+			if err != nil {
 				a.brokerError(w, r, err)
 				return
 			}
-			err = e.RemoveRule(s.Queue, name)
-		}
-		if err == nil {
-			err = e.AddRule(s.Queue, spec)
-		}
-		if err != nil {
+			if err := e.AddRule(s.Queue, spec); err != nil {
+				// The new rule was refused: the old one goes back.
+				old.Created = 0
+				if rerr := e.AddRule(s.Queue, old); rerr != nil {
+					a.logger.Error("a rule update failed and the old rule could not be put back", "rule", name, "err", rerr)
+				}
+				a.brokerError(w, r, err)
+				return
+			}
+		} else if err := e.AddRule(s.Queue, spec); err != nil {
 			a.brokerError(w, r, err)
 			return
 		}

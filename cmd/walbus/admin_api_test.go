@@ -291,7 +291,8 @@ func TestAdminTopicsThroughTheGoSDK(t *testing.T) {
 		t.Fatalf("all holds %+v %v", rt, err)
 	}
 	trt, err := ac.GetTopicRuntimeProperties(ctx, "news", nil)
-	if err != nil || trt.SubscriptionCount != 2 {
+	// red has isRed (SQL) and big (correlation), all has $Default (SQL).
+	if err != nil || trt.SubscriptionCount != 2 || trt.SQLFilterCount != 2 || trt.CorrelationFilterCount != 1 {
 		t.Fatalf("topic runtime %+v %v", trt, err)
 	}
 	receiver, err := client.NewReceiverForSubscription("news", "red", nil)
@@ -313,9 +314,23 @@ func TestAdminTopicsThroughTheGoSDK(t *testing.T) {
 		t.Fatalf("red received %v", got)
 	}
 
+	rule.Filter = &sbadmin.SQLFilter{Expression: "broken ="}
+	if _, err := ac.UpdateRule(ctx, "news", "red", rule.RuleProperties); statusOf(err) != http.StatusBadRequest {
+		t.Fatalf("an update to a rule that does not compile: %v", err)
+	}
+	if kept, err := ac.GetRule(ctx, "news", "red", "big", nil); err != nil || kept == nil {
+		t.Fatalf("the rule after a refused update: %+v %v", kept, err)
+	} else if _, ok := kept.Filter.(*sbadmin.CorrelationFilter); !ok {
+		t.Fatalf("the rule after a refused update: %#v", kept.Filter)
+	}
 	rule.Filter = &sbadmin.FalseFilter{}
 	if _, err := ac.UpdateRule(ctx, "news", "red", rule.RuleProperties); err != nil {
 		t.Fatalf("update rule: %v", err)
+	}
+	if upd, err := ac.GetRule(ctx, "news", "red", "big", nil); err != nil || upd == nil {
+		t.Fatalf("the updated rule: %v", err)
+	} else if _, ok := upd.Filter.(*sbadmin.FalseFilter); !ok {
+		t.Fatalf("the updated rule's filter: %#v", upd.Filter)
 	}
 	if _, err := ac.DeleteRule(ctx, "news", "red", "isRed", nil); err != nil {
 		t.Fatal(err)
