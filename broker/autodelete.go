@@ -31,7 +31,11 @@ func (e *Entity) touch(q uint32) {
 	now := e.b.clock.Now().UnixNano()
 	e.active.last.Store(now)
 	if q >= event.QueueGroup {
-		v, _ := e.active.subs.LoadOrStore(q-q%event.QueueGroup, &atomic.Int64{})
+		g := q - q%event.QueueGroup
+		v, ok := e.active.subs.Load(g)
+		if !ok {
+			v, _ = e.active.subs.LoadOrStore(g, &atomic.Int64{}) // allocates once per subscription
+		}
 		v.(*atomic.Int64).Store(now)
 	}
 }

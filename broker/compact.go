@@ -136,11 +136,7 @@ func planCompaction(l *log.Log, dir string, st *projection.Entity, index uint64,
 		return nil, again, err
 	}
 	// A compaction killed while writing leaves its temporary file.
-	if tmps, err := filepath.Glob(filepath.Join(arcDir, "*.tmp")); err == nil {
-		for _, p := range tmps {
-			os.Remove(p)
-		}
-	}
+	log.RemoveArchiveTemps(arcDir)
 	c.path = filepath.Join(arcDir, fmt.Sprintf("arc-%020d.wba", cut))
 	if _, err := os.Stat(c.path); err == nil {
 		// The same cut again, to drop what its archive no longer needs.

@@ -454,3 +454,12 @@ func readNeeded(l *Log, archives []*Archive, ref event.Ref) (event.Event, error)
 	ev, _, err := l.ReadAt(ref.Index, ref.Pos, nil)
 	return ev, err
 }
+
+// RemoveArchiveTemps removes what an archive writer killed before its
+// Commit left in dir (its temporary files).
+func RemoveArchiveTemps(dir string) {
+	tmps, _ := filepath.Glob(filepath.Join(dir, "*.tmp"))
+	for _, p := range tmps {
+		os.Remove(p)
+	}
+}

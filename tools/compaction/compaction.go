@@ -141,11 +141,7 @@ func compactEntity(e EntityDir, opts Options) (Report, error) {
 	rep := Report{Entity: e.Name, BytesBefore: dirSize(e.Dir)}
 	logDir, snapDir, arcDir := layout.LogDir(e.Dir), layout.SnapshotDir(e.Dir), layout.ArchiveDir(e.Dir)
 	// A compaction killed while writing an archive leaves its temporary file.
-	if tmps, err := filepath.Glob(filepath.Join(arcDir, "*.tmp")); err == nil {
-		for _, p := range tmps {
-			os.Remove(p)
-		}
-	}
+	log.RemoveArchiveTemps(arcDir)
 	ro, err := log.OpenReadOnly(logDir)
 	if err != nil {
 		return rep, err
