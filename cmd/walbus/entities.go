@@ -18,6 +18,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	sbadmin "github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 )
 
@@ -195,25 +196,23 @@ type entityView struct {
 }
 
 func runEntity(ctx context.Context, ac *sbadmin.Client, kind, verb string, names []string, f *entityFlags) ([]entityView, error) {
+	update := verb == "update"
 	switch kind + " " + verb {
 	case "queue create", "queue update":
-		var props sbadmin.QueueProperties
-		if verb == "update" {
+		err := put(update, func() (*sbadmin.QueueProperties, error) {
 			q, err := ac.GetQueue(ctx, names[0], nil)
 			if err != nil || q == nil {
 				return nil, notFoundOr(err, "queue", names[0])
 			}
-			props = q.QueueProperties
-		}
-		if err := f.queueProps(&props); err != nil {
-			return nil, err
-		}
-		var err error
-		if verb == "create" {
-			_, err = ac.CreateQueue(ctx, names[0], &sbadmin.CreateQueueOptions{Properties: &props})
-		} else {
-			_, err = ac.UpdateQueue(ctx, names[0], props, nil)
-		}
+			return &q.QueueProperties, nil
+		}, f.queueProps, func(p *sbadmin.QueueProperties) (err error) {
+			if update {
+				_, err = ac.UpdateQueue(ctx, names[0], *p, nil)
+			} else {
+				_, err = ac.CreateQueue(ctx, names[0], &sbadmin.CreateQueueOptions{Properties: p})
+			}
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -221,39 +220,30 @@ func runEntity(ctx context.Context, ac *sbadmin.Client, kind, verb string, names
 	case "queue get":
 		return getQueue(ctx, ac, names[0])
 	case "queue list":
-		var out []entityView
-		pager := ac.NewListQueuesRuntimePropertiesPager(nil)
-		for pager.More() {
-			page, err := pager.NextPage(ctx)
-			if err != nil {
-				return nil, err
-			}
+		return listAll(ctx, ac.NewListQueuesRuntimePropertiesPager(nil), func(page sbadmin.ListQueuesRuntimePropertiesResponse) (out []entityView) {
 			for _, q := range page.QueueRuntimeProperties {
 				out = append(out, entityView{Name: q.QueueName, Counts: queueCounts(q.QueueRuntimeProperties)})
 			}
-		}
-		return out, nil
+			return out
+		})
 	case "queue delete":
 		_, err := ac.DeleteQueue(ctx, names[0], nil)
 		return nil, err
 	case "topic create", "topic update":
-		var props sbadmin.TopicProperties
-		if verb == "update" {
+		err := put(update, func() (*sbadmin.TopicProperties, error) {
 			t, err := ac.GetTopic(ctx, names[0], nil)
 			if err != nil || t == nil {
 				return nil, notFoundOr(err, "topic", names[0])
 			}
-			props = t.TopicProperties
-		}
-		if err := f.topicProps(&props); err != nil {
-			return nil, err
-		}
-		var err error
-		if verb == "create" {
-			_, err = ac.CreateTopic(ctx, names[0], &sbadmin.CreateTopicOptions{Properties: &props})
-		} else {
-			_, err = ac.UpdateTopic(ctx, names[0], props, nil)
-		}
+			return &t.TopicProperties, nil
+		}, f.topicProps, func(p *sbadmin.TopicProperties) (err error) {
+			if update {
+				_, err = ac.UpdateTopic(ctx, names[0], *p, nil)
+			} else {
+				_, err = ac.CreateTopic(ctx, names[0], &sbadmin.CreateTopicOptions{Properties: p})
+			}
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -261,43 +251,34 @@ func runEntity(ctx context.Context, ac *sbadmin.Client, kind, verb string, names
 	case "topic get":
 		return getTopic(ctx, ac, names[0])
 	case "topic list":
-		var out []entityView
-		pager := ac.NewListTopicsRuntimePropertiesPager(nil)
-		for pager.More() {
-			page, err := pager.NextPage(ctx)
-			if err != nil {
-				return nil, err
-			}
+		return listAll(ctx, ac.NewListTopicsRuntimePropertiesPager(nil), func(page sbadmin.ListTopicsRuntimePropertiesResponse) (out []entityView) {
 			for _, t := range page.TopicRuntimeProperties {
 				out = append(out, entityView{Name: t.TopicName, Counts: map[string]int64{
 					"subscriptions": int64(t.SubscriptionCount), "scheduled": int64(t.ScheduledMessageCount)}})
 			}
-		}
-		return out, nil
+			return out
+		})
 	case "topic delete":
 		_, err := ac.DeleteTopic(ctx, names[0], nil)
 		return nil, err
 	case "subscription create", "subscription update":
-		var props sbadmin.SubscriptionProperties
-		if verb == "update" {
+		err := put(update, func() (*sbadmin.SubscriptionProperties, error) {
 			s, err := ac.GetSubscription(ctx, names[0], names[1], nil)
 			if err != nil || s == nil {
 				return nil, notFoundOr(err, "subscription", names[0]+"/"+names[1])
 			}
-			props = s.SubscriptionProperties
-		}
-		if err := f.subscriptionProps(&props); err != nil {
-			return nil, err
-		}
-		var err error
-		if verb == "create" {
-			if f.sql != "" {
-				props.DefaultRule = &sbadmin.RuleProperties{Name: "$Default", Filter: &sbadmin.SQLFilter{Expression: f.sql}}
+			return &s.SubscriptionProperties, nil
+		}, f.subscriptionProps, func(p *sbadmin.SubscriptionProperties) (err error) {
+			if update {
+				_, err = ac.UpdateSubscription(ctx, names[0], names[1], *p, nil)
+				return err
 			}
-			_, err = ac.CreateSubscription(ctx, names[0], names[1], &sbadmin.CreateSubscriptionOptions{Properties: &props})
-		} else {
-			_, err = ac.UpdateSubscription(ctx, names[0], names[1], props, nil)
-		}
+			if f.sql != "" {
+				p.DefaultRule = &sbadmin.RuleProperties{Name: "$Default", Filter: &sbadmin.SQLFilter{Expression: f.sql}}
+			}
+			_, err = ac.CreateSubscription(ctx, names[0], names[1], &sbadmin.CreateSubscriptionOptions{Properties: p})
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -305,44 +286,22 @@ func runEntity(ctx context.Context, ac *sbadmin.Client, kind, verb string, names
 	case "subscription get":
 		return getSubscription(ctx, ac, names[0], names[1])
 	case "subscription list":
-		var out []entityView
-		pager := ac.NewListSubscriptionsRuntimePropertiesPager(names[0], nil)
-		for pager.More() {
-			page, err := pager.NextPage(ctx)
-			if err != nil {
-				return nil, err
-			}
+		return listAll(ctx, ac.NewListSubscriptionsRuntimePropertiesPager(names[0], nil), func(page sbadmin.ListSubscriptionsRuntimePropertiesResponse) (out []entityView) {
 			for _, s := range page.SubscriptionRuntimeProperties {
 				out = append(out, entityView{Name: s.SubscriptionName, Counts: subscriptionCounts(s.SubscriptionRuntimeProperties)})
 			}
-		}
-		return out, nil
+			return out
+		})
 	case "subscription delete":
 		_, err := ac.DeleteSubscription(ctx, names[0], names[1], nil)
 		return nil, err
 	case "rule create", "rule update":
-		props := sbadmin.RuleProperties{Name: names[2], Filter: &sbadmin.TrueFilter{}}
-		switch {
-		case f.label != "" || f.correlationID != "":
-			cf := &sbadmin.CorrelationFilter{}
-			if f.label != "" {
-				cf.Subject = &f.label
-			}
-			if f.correlationID != "" {
-				cf.CorrelationID = &f.correlationID
-			}
-			props.Filter = cf
-		case f.sql != "":
-			props.Filter = &sbadmin.SQLFilter{Expression: f.sql}
-		}
-		if f.action != "" {
-			props.Action = &sbadmin.SQLAction{Expression: f.action}
-		}
+		props := f.ruleProps(names[2])
 		var err error
-		if verb == "create" {
-			_, err = ac.CreateRule(ctx, names[0], names[1], &sbadmin.CreateRuleOptions{Name: &props.Name, Filter: props.Filter, Action: props.Action})
-		} else {
+		if update {
 			_, err = ac.UpdateRule(ctx, names[0], names[1], props)
+		} else {
+			_, err = ac.CreateRule(ctx, names[0], names[1], &sbadmin.CreateRuleOptions{Name: &props.Name, Filter: props.Filter, Action: props.Action})
 		}
 		if err != nil {
 			return nil, err
@@ -351,23 +310,70 @@ func runEntity(ctx context.Context, ac *sbadmin.Client, kind, verb string, names
 	case "rule get":
 		return getRule(ctx, ac, names[0], names[1], names[2])
 	case "rule list":
-		var out []entityView
-		pager := ac.NewListRulesPager(names[0], names[1], nil)
-		for pager.More() {
-			page, err := pager.NextPage(ctx)
-			if err != nil {
-				return nil, err
-			}
+		return listAll(ctx, ac.NewListRulesPager(names[0], names[1], nil), func(page sbadmin.ListRulesResponse) (out []entityView) {
 			for _, r := range page.Rules {
 				out = append(out, ruleView(r))
 			}
-		}
-		return out, nil
+			return out
+		})
 	case "rule delete":
 		_, err := ac.DeleteRule(ctx, names[0], names[1], names[2], nil)
 		return nil, err
 	}
 	return nil, fmt.Errorf("unknown verb %q: want create, get, list, update or delete", verb)
+}
+
+// put creates or updates one entity: an update starts from what current
+// reads, apply sets the flags given, and send makes the request.
+func put[P any](update bool, current func() (*P, error), apply func(*P) error, send func(*P) error) error {
+	var props P
+	if update {
+		cur, err := current()
+		if err != nil {
+			return err
+		}
+		props = *cur
+	}
+	if err := apply(&props); err != nil {
+		return err
+	}
+	return send(&props)
+}
+
+// listAll reads every page of pager into views.
+func listAll[P any](ctx context.Context, pager *runtime.Pager[P], views func(P) []entityView) ([]entityView, error) {
+	var out []entityView
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, views(page)...)
+	}
+	return out, nil
+}
+
+// ruleProps is the rule the flags describe: a correlation filter on the
+// Label or CorrelationId, a SQL filter, or a true filter; and an action.
+func (f *entityFlags) ruleProps(name string) sbadmin.RuleProperties {
+	props := sbadmin.RuleProperties{Name: name, Filter: &sbadmin.TrueFilter{}}
+	switch {
+	case f.label != "" || f.correlationID != "":
+		cf := &sbadmin.CorrelationFilter{}
+		if f.label != "" {
+			cf.Subject = &f.label
+		}
+		if f.correlationID != "" {
+			cf.CorrelationID = &f.correlationID
+		}
+		props.Filter = cf
+	case f.sql != "":
+		props.Filter = &sbadmin.SQLFilter{Expression: f.sql}
+	}
+	if f.action != "" {
+		props.Action = &sbadmin.SQLAction{Expression: f.action}
+	}
+	return props
 }
 
 func notFoundOr(err error, kind, name string) error {
