@@ -111,15 +111,12 @@ func planCompaction(l *log.Log, dir string, st *projection.Entity, index uint64,
 	// The log's first record stays in the log but moves within its
 	// segment when the front is truncated, so the archive must hold it
 	// too: readers look there first (see log.ReadArchived).
-	needed := st.NeededBelow(max(cut, l.FirstIndex()+1))
-	var need int64
-	for _, r := range needed {
-		need += int64(r.Pos.Size)
-	}
-	// Worth it when it frees enough, and twice what it writes; and always
-	// when nothing archived is needed any more.
-	if !(freed >= minBytes && freed >= 2*need || len(archives) > 0 && len(needed) == 0) {
-		if len(archives) > 0 && (len(needed) == 0 || needed[0].Index > archives[0].Last()) {
+	below := max(cut, l.FirstIndex()+1)
+	// Worth it when it frees enough, and twice what it writes. Sizing it
+	// stops early, so a log that is mostly live (a backlog nobody reads
+	// yet) costs a partial walk, not a list of every message.
+	if freed < minBytes || st.NeededBytesBelow(below, freed/2) > freed/2 {
+		if len(archives) > 0 && st.NeededBytesBelow(archives[0].Last()+1, 0) == 0 {
 			// Not worth cutting the log, but the archives hold nothing
 			// the state reads (what it does read is in the log): drop
 			// them, or the idle checkpoint would ask again and again.
@@ -127,6 +124,7 @@ func planCompaction(l *log.Log, dir string, st *projection.Entity, index uint64,
 		}
 		return nil, again, nil
 	}
+	needed := st.NeededBelow(below)
 	c = &compaction{log: l, cut: cut, records: len(needed), freed: freed}
 	if len(needed) == 0 {
 		return c, again, nil

@@ -258,6 +258,36 @@ func (e *Entity) DueScheduled(no uint32, now int64) []uint64 {
 	return slices.Compact(out)
 }
 
+// NeededBytesBelow is the size of what NeededBelow(cut) would list, or
+// any sum over limit once it passes it: a compaction asks whether it is
+// worth it before it lists and sorts the records. It allocates nothing and
+// reads only what Frozen copies.
+func (e *Entity) NeededBytesBelow(cut uint64, limit int64) int64 {
+	var n int64
+	for _, q := range e.liveQueues() {
+		q.msgs.Range(func(seq uint64, m index.Meta) bool {
+			if seq >= cut {
+				return false
+			}
+			n += int64(m.Pos.Size)
+			return n <= limit
+		})
+		if n > limit {
+			return n
+		}
+		for _, ovs := range q.overlays {
+			for _, ov := range ovs {
+				if ov.Index < cut {
+					if n += int64(ov.Pos.Size); n > limit {
+						return n
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
 // NeededBelow lists the records below index cut that the state still
 // reads, in index order, once each: every live message's own record and
 // the records that modify it (its overlays). They are what a compaction
