@@ -195,21 +195,25 @@ func (cs *connState) sessionAccepted(l *transport.Link, r *broker.Receiver, rl *
 	rl.mu.Unlock()
 	src := *a.Source
 	src.Filter = slices.Clone(a.Source.Filter)
-	src.Filter = src.Filter.Set(encoding.Symbol(sessionFilterKey), echoFilter(filter, lock.SessionID))
+	src.Filter = src.Filter.Set(encoding.Symbol(sessionFilterKey), echoFilter(filter, broker.ClientSessionID(lock.SessionID)))
 	rl.accept(&transport.Reply{Source: &src,
 		Properties: encoding.Map{{Key: encoding.Symbol(lockedUntilUTCProp), Value: dotNetTicks(lock.LockedUntil)}}})
 }
 
-// sessionFilterID returns the session a filter names ("" for the next
-// available one). The Go SDK sends described(0x137000000C, id or null), the
-// JS SDK a plain string or null.
+// sessionFilterID returns the session a filter names, or "" for the next
+// available one. The Go SDK sends described(0x137000000C, id or null), the
+// JS SDK a plain string or null: null asks for the next session, a string
+// names one, "" included.
 func sessionFilterID(filter any) string {
 	v := filter
 	if d, isDescribed := filter.(encoding.Described); isDescribed {
 		v = d.Value
 	}
-	s, _ := v.(string)
-	return s
+	s, named := v.(string)
+	if !named {
+		return ""
+	}
+	return broker.SessionIDOf(s)
 }
 
 // echoFilter answers a session filter in the form the client used, with the
@@ -354,7 +358,7 @@ func (rl *receiverLink) Disposition(l *transport.Link, id uint32, state frames.D
 	rl.mu.Unlock()
 	if !known {
 		if !settled {
-			l.Settle(id, &frames.Rejected{Error: &frames.Error{Condition: condLockLost, Description: broker.ErrLockLost.Error()}})
+			l.Settle(id, &frames.Rejected{Error: &frames.Error{Condition: condLockLost, Description: describe(broker.ErrLockLost)}})
 		}
 		return
 	}

@@ -159,7 +159,7 @@ func (t *mgmtTarget) handle(req *rpcRequest, reply func(rpcResponse)) {
 		}
 		arr := encoding.Array{Code: encoding.CodeStr8}
 		for _, id := range ids {
-			arr.Elements = append(arr.Elements, id)
+			arr.Elements = append(arr.Elements, broker.ClientSessionID(id))
 		}
 		reply(ok(200, encoding.Map{{Key: "skip", Value: int32(skip) + int32(len(ids))}, {Key: "sessions-ids", Value: arr}}))
 	case "com.microsoft:add-rule", "com.microsoft:remove-rule", "com.microsoft:enumerate-rules":
@@ -174,7 +174,7 @@ func (t *mgmtTarget) handle(req *rpcRequest, reply func(rpcResponse)) {
 func (t *mgmtTarget) session(req *rpcRequest) string {
 	if id, found := req.bodyMap().Get("session-id"); found {
 		if s, isStr := id.(string); isStr {
-			return s
+			return broker.SessionIDOf(s)
 		}
 	}
 	if r := t.links.receiverForLink(req.prop("associated-link-name")); r != nil {

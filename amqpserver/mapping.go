@@ -34,9 +34,8 @@ const (
 	propRuleName              = "RuleName"
 )
 
-// x-opt-message-state values.
+// x-opt-message-state values; active (0) is never sent.
 const (
-	stateActive    = 0
 	stateDeferred  = 1
 	stateScheduled = 2
 )
@@ -107,7 +106,7 @@ func inboundOne(raw []byte) (broker.Message, error) {
 		id = string(props.MessageID.AppendText(nil))
 		raw = bytes.Clone(raw)
 	}
-	m := broker.Message{Body: raw, MessageID: id, SessionID: string(props.GroupID)}
+	m := broker.Message{Body: raw, MessageID: id, SessionID: sessionIDOf(props.GroupID)}
 	hdr, err := s.ReadHeader()
 	if err != nil {
 		return broker.Message{}, fmt.Errorf("%w: header: %v", errBadMessage, err)
@@ -123,6 +122,17 @@ func inboundOne(raw []byte) (broker.Message, error) {
 		m.ScheduledAt = nanos(encoding.Timestamp(ann.ScheduledEnqueueTime))
 	}
 	return m, nil
+}
+
+// sessionIDOf is the broker's session id of a message's group-id: none
+// when it is absent (nil), and an empty one is a session of its own, as in
+// Service Bus (the Go SDK's session_receiver_test.go
+// TestSessionReceiver_blankSessionIDs).
+func sessionIDOf(groupID []byte) string {
+	if groupID == nil {
+		return ""
+	}
+	return broker.SessionIDOf(string(groupID))
 }
 
 // newMessageID is a random (version 4) UUID string, like the ids Service
@@ -201,13 +211,13 @@ func outbound(dst []byte, d *broker.Delivery) ([]byte, error) {
 			break
 		}
 	}
+	// Service Bus leaves x-opt-message-state out for an active message;
+	// the SDKs read its absence as active.
 	switch {
 	case d.State == broker.Scheduled:
 		del.Annotations = append(del.Annotations, message.Annotation{Key: annMessageState, Value: message.IntValue(stateScheduled)})
 	case d.Deferred:
 		del.Annotations = append(del.Annotations, message.Annotation{Key: annMessageState, Value: message.IntValue(stateDeferred)})
-	default:
-		del.Annotations = append(del.Annotations, message.Annotation{Key: annMessageState, Value: message.IntValue(stateActive)})
 	}
 	return message.AppendDelivery(dst, &s, &del)
 }

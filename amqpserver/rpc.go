@@ -178,6 +178,10 @@ func describe(err error) string {
 		return "The broker cannot store anything: its disk is full. Nothing was stored; try again later."
 	case errors.Is(err, broker.ErrLogFailed):
 		return "The broker cannot write to its storage right now. Nothing was stored; try again later."
+	case errors.Is(err, broker.ErrLockLost):
+		// Service Bus's own text, which clients match on (the Go SDK's
+		// receiver_test.go TestReceiver_RenewMessageLock).
+		return "The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue."
 	}
 	return err.Error()
 }

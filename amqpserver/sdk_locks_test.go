@@ -2,6 +2,7 @@ package amqpserver
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,12 +35,16 @@ func TestSDKRenewLockAndLockExpiry(t *testing.T) {
 	if !msgs[0].LockedUntil.After(before) {
 		t.Fatalf("renewal did not extend the lock: %v -> %v", before, *msgs[0].LockedUntil)
 	}
-	// Let b's lock run out: settling and renewing it fail with CodeLockLost.
+	// Let b's lock run out: settling (a disposition) and renewing (through
+	// $management, status 410) fail with CodeLockLost, in Service Bus's
+	// words (the SDK's TestReceiver_RenewMessageLock looks for them).
 	time.Sleep(time.Until(*msgs[1].LockedUntil) + 300*time.Millisecond)
-	if err := r.CompleteMessage(ctxT(t), msgs[1], nil); sbCode(err) != azservicebus.CodeLockLost {
+	const lockLost = "The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue"
+	if err := r.CompleteMessage(ctxT(t), msgs[1], nil); sbCode(err) != azservicebus.CodeLockLost || !strings.Contains(err.Error(), lockLost) {
 		t.Fatalf("complete after lock expiry: %v", err)
 	}
-	if err := r.RenewMessageLock(ctxT(t), msgs[1], nil); sbCode(err) != azservicebus.CodeLockLost {
+	if err := r.RenewMessageLock(ctxT(t), msgs[1], nil); sbCode(err) != azservicebus.CodeLockLost ||
+		!strings.Contains(err.Error(), "status code 410 and description: "+lockLost) {
 		t.Fatalf("renew after lock expiry: %v", err)
 	}
 	// The expired lock counted a delivery.

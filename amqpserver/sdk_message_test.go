@@ -307,3 +307,59 @@ func TestSDKNullServiceBusAnnotationsRefused(t *testing.T) {
 		t.Fatalf("the queue holds %d messages (%v)", len(peeked), err)
 	}
 }
+
+// What a sender puts in an AMQP message comes back as Service Bus hands it
+// over (the SDK's sender_test.go
+// TestSender_SendAMQPMessageWithMultipleByteSlicesInData): its delivery
+// annotations beside the lock token, its message annotations, footer and
+// every data section; and x-opt-message-state only for a message that is
+// not active (deferred 1, scheduled 2), which the SDKs read as active when
+// it is absent.
+func TestSDKAnnotatedMessageRoundTrip(t *testing.T) {
+	tb := startBroker(t, map[string]broker.Config{"q1": broker.DefaultConfig()})
+	c := tb.client(t)
+	s, _ := c.NewSender("q1", nil)
+	err := s.SendAMQPAnnotatedMessage(ctxT(t), &azservicebus.AMQPAnnotatedMessage{
+		DeliveryAnnotations: map[any]any{"x-opt-delivery-annotation-test": "test-value"},
+		MessageAnnotations:  map[any]any{"x-opt-message-annotation-test": "test-value"},
+		Footer:              map[any]any{"x-opt-footer-test": "footer-value"},
+		Body:                azservicebus.AMQPAnnotatedMessageBody{Data: [][]byte{[]byte("one"), []byte("two")}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ScheduleMessages(ctxT(t), []*azservicebus.Message{{Body: []byte("later")}}, time.Now().Add(time.Hour), nil); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := c.NewReceiverForQueue("q1", nil)
+	m := receiveN(t, r, 1)[0]
+	raw := m.RawAMQPMessage
+	if raw.DeliveryAnnotations["x-opt-delivery-annotation-test"] != "test-value" || raw.DeliveryAnnotations["x-opt-lock-token"] == nil ||
+		len(raw.DeliveryAnnotations) != 2 {
+		t.Fatalf("delivery annotations %v", raw.DeliveryAnnotations)
+	}
+	if state, sent := raw.MessageAnnotations["x-opt-message-state"]; sent || m.State != azservicebus.MessageStateActive {
+		t.Fatalf("an active message carries x-opt-message-state %v (state %v)", state, m.State)
+	}
+	if raw.MessageAnnotations["x-opt-message-annotation-test"] != "test-value" || raw.Footer["x-opt-footer-test"] != "footer-value" ||
+		!reflect.DeepEqual(raw.Body.Data, [][]byte{[]byte("one"), []byte("two")}) {
+		t.Fatalf("annotations %v, footer %v, data %q", raw.MessageAnnotations, raw.Footer, raw.Body.Data)
+	}
+
+	if err := r.DeferMessage(ctxT(t), m, nil); err != nil {
+		t.Fatal(err)
+	}
+	peeked, err := r.PeekMessages(ctxT(t), 10, &azservicebus.PeekMessagesOptions{FromSequenceNumber: to.Ptr(int64(1))})
+	if err != nil || len(peeked) != 2 {
+		t.Fatalf("peek: %d messages, %v", len(peeked), err)
+	}
+	for i, want := range []int32{1, 2} {
+		if got := peeked[i].RawAMQPMessage.MessageAnnotations["x-opt-message-state"]; got != any(want) {
+			t.Fatalf("peeked %q: x-opt-message-state %#v, want %d", peeked[i].Body, got, want)
+		}
+	}
+	deferred, err := r.ReceiveDeferredMessages(ctxT(t), []int64{*m.SequenceNumber}, nil)
+	if err != nil || len(deferred) != 1 || deferred[0].State != azservicebus.MessageStateDeferred {
+		t.Fatalf("receive deferred: %v %v", deferred, err)
+	}
+}

@@ -54,7 +54,7 @@ type record struct {
 	holder             string // the worker holding its lock
 	acked              bool   // its send or schedule returned
 	pending            int    // settlements asked for and not answered yet
-	abandons           int    // failed deliveries so far: DeliveryCount is this + 1
+	abandons           int    // failed deliveries so far, none counted in the DLQ: DeliveryCount is this + 1
 	props              map[string]int64
 	reason             string  // expected DeadLetterReason
 	description        *string // expected DeadLetterErrorDescription; nil: the broker's own
@@ -409,7 +409,9 @@ func (l *ledger) settling(r *record, who string, o outcome) (leaves bool) {
 		r.state = rDone
 		r.completions++
 	case "abandon":
-		r.abandons++
+		if !inDLQ {
+			r.abandons++ // a dead-letter queue counts no deliveries
+		}
 		switch {
 		case inDLQ:
 			r.state = rDeadLettered

@@ -247,3 +247,87 @@ func TestSDKSessionQueueDeadLetters(t *testing.T) {
 		t.Fatalf("a session is left: %v", err)
 	}
 }
+
+// A SessionId of "" (a group-id present and empty) names a session of its
+// own, as in Service Bus (the Go SDK's session_receiver_test.go
+// TestSessionReceiver_blankSessionIDs): sent and scheduled to, listed,
+// accepted as the next available and by name (a filter of "", not null),
+// with its own lock, state and peek, while a message with no SessionId is
+// still refused.
+func TestSDKBlankSessionID(t *testing.T) {
+	tb := startBroker(t, map[string]broker.Config{"sq": sessionQueue()})
+	c := tb.client(t)
+	sendToSession(t, c, "sq", "", "b1")
+	s, _ := c.NewSender("sq", nil)
+	if _, err := s.ScheduleMessages(ctxT(t), []*azservicebus.Message{{Body: []byte("b2"), SessionID: to.Ptr("")}}, time.Now(), nil); err != nil {
+		t.Fatalf("schedule to session \"\": %v", err)
+	}
+	sendToSession(t, c, "sq", "named", "n1")
+	err := s.SendMessage(ctxT(t), &azservicebus.Message{Body: []byte("none")}, nil)
+	var amqpErr *amqp.Error
+	if !errors.As(err, &amqpErr) || amqpErr.Condition != amqp.ErrCondNotAllowed {
+		t.Fatalf("a message without a SessionId: %v", err)
+	}
+
+	var listed []string
+	for pager := c.NewListSessionsForQueuePager("sq", nil); pager.More(); {
+		page, err := pager.NextPage(ctxT(t))
+		if err != nil {
+			t.Fatalf("list sessions: %v", err)
+		}
+		listed = append(listed, page.Sessions...)
+	}
+	if slices.Sort(listed); !slices.Equal(listed, []string{"", "named"}) {
+		t.Fatalf("listed sessions %q", listed)
+	}
+
+	// Its message has waited longest: the next available session is "".
+	next, err := c.AcceptNextSessionForQueue(ctxT(t), "sq", nil)
+	if err != nil || next.SessionID() != "" {
+		t.Fatalf("accept next: %v %v", next, err)
+	}
+	peeked, err := next.PeekMessages(ctxT(t), 10, nil)
+	if err != nil || len(peeked) == 0 {
+		t.Fatalf("peek session \"\": %d messages, %v", len(peeked), err)
+	}
+	for _, m := range peeked {
+		if m.SessionID == nil || *m.SessionID != "" {
+			t.Fatalf("a peek of session \"\" shows %q of session %v", m.Body, m.SessionID)
+		}
+	}
+	if err := next.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := c.AcceptSessionForQueue(ctxT(t), "sq", "", nil)
+	if err != nil || r.SessionID() != "" || r.LockedUntil().IsZero() {
+		t.Fatalf("accept session \"\": %v %v", r, err)
+	}
+	if _, err := c.AcceptSessionForQueue(ctxT(t), "sq", "", nil); !errors.As(err, &amqpErr) || amqpErr.Condition != "com.microsoft:session-cannot-be-locked" {
+		t.Fatalf("second accept of session \"\": %v", err)
+	}
+	got := sessionBodies(t, r, 2)
+	if slices.Sort(got); !slices.Equal(got, []string{"b1", "b2"}) {
+		t.Fatalf("session \"\" gave %v", got)
+	}
+	if err := r.RenewSessionLock(ctxT(t), nil); err != nil {
+		t.Fatalf("renew the lock of session \"\": %v", err)
+	}
+	if err := r.SetSessionState(ctxT(t), []byte("blank"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if state, err := r.GetSessionState(ctxT(t), nil); err != nil || string(state) != "blank" {
+		t.Fatalf("state of session \"\": %q %v", state, err)
+	}
+
+	named, err := c.AcceptSessionForQueue(ctxT(t), "sq", "named", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sessionBodies(t, named, 1); !slices.Equal(got, []string{"n1"}) {
+		t.Fatalf("session named gave %v", got)
+	}
+	if state, err := named.GetSessionState(ctxT(t), nil); err != nil || state != nil {
+		t.Fatalf("session named has the state of session \"\": %q %v", state, err)
+	}
+}

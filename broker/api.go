@@ -22,6 +22,17 @@ func DefaultConfig() Config { return projection.DefaultConfig() }
 // Message is one message as a sender hands it to an entity.
 type Message = projection.Message
 
+// EmptySessionID is how the broker holds the session id "" (a group-id
+// present and empty), as "" means no session: SessionIDOf maps a client's
+// session id in, ClientSessionID maps it back.
+const EmptySessionID = projection.EmptySessionID
+
+// SessionIDOf is the session id a client's text names.
+func SessionIDOf(text string) string { return projection.SessionIDOf(text) }
+
+// ClientSessionID is the text a client sees for a session id.
+func ClientSessionID(id string) string { return projection.ClientSessionID(id) }
+
 // Counts are an entity's message counts by state and subqueue.
 type Counts = projection.Counts
 

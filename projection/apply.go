@@ -115,7 +115,14 @@ func (e *Entity) applyQueue(q *Queue, ev *event.Event) error {
 		q.locks.Put(ev.Seq, lk)
 		q.lockTimers.Push(ev.Until, ev.Seq)
 	case event.LockExpired, event.Abandoned:
-		m.AddDelivery()
+		// A dead-letter queue counts no deliveries: Service Bus keeps the
+		// count a message had when it was dead-lettered (the Go SDK's
+		// messageSettler_test.go TestMessageSettlementUsingReceiver). The
+		// count is derived here, never stored in these events, so a replay
+		// of any log follows the same rule.
+		if !isDeadLetterQueue(q.No) {
+			m.AddDelivery()
+		}
 		q.unlock(ev.Seq, &m, ev)
 	case event.Released:
 		q.unlock(ev.Seq, &m, ev)

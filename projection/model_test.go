@@ -506,8 +506,8 @@ func (m *model) apply(ev *event.Event) {
 		m.msgs[ev.Seq].lockUntil = ev.Until
 	case event.LockExpired, event.Abandoned, event.Released, event.Deferred:
 		msg := m.msgs[ev.Seq]
-		if ev.Type == event.LockExpired || ev.Type == event.Abandoned {
-			msg.deliveries++
+		if (ev.Type == event.LockExpired || ev.Type == event.Abandoned) && msg.queue == event.MainQueue {
+			msg.deliveries++ // a dead-letter queue counts none
 		}
 		if ev.Type == event.Deferred {
 			msg.deferred = true

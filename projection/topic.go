@@ -386,7 +386,7 @@ func (d *decision) fillFilter(fm *filter.Message, m Message, until int64, nonce 
 		fm.MessageID = filter.StringValue(m.MessageID)
 	}
 	if fm.SessionID.IsNull() && m.SessionID != "" {
-		fm.SessionID = filter.StringValue(m.SessionID)
+		fm.SessionID = filter.StringValue(ClientSessionID(m.SessionID))
 	}
 	fm.EnqueuedTimeUtc = filter.TimeValue(time.Unix(0, d.now))
 	fm.Size = filter.IntValue(int64(len(m.Body)))
@@ -501,7 +501,7 @@ func (r *router) subscription(s *Subscription, cands []ruleAt) {
 				case filter.SysSessionID:
 					session = ""
 					if !c.Remove && c.Value.Kind() == filter.KindString {
-						session = c.Value.Text()
+						session = SessionIDOf(c.Value.Text()) // '' is a session
 					}
 				case filter.SysTimeToLive:
 					// The copy lives as the action says, within the

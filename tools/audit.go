@@ -208,6 +208,14 @@ func (l *Life) step(ev *event.Event, what string) {
 	l.stepTimes = append(l.stepTimes, ev.Time)
 }
 
+// countFailure counts the failed delivery an abandon or a lock expiry is,
+// as the projection does: not in a dead-letter queue.
+func (l *Life) countFailure(ev *event.Event) {
+	if event.KindOf(ev.Queue) == event.KindMessages {
+		l.Deliveries++
+	}
+}
+
 // follow applies one event about the message to what is known of it.
 func (l *Life) follow(ev *event.Event) {
 	until := func(at int64) string { return fmt.Sprintf("%s (%s)", formatTime(at), relative(at, ev.Time)) }
@@ -271,11 +279,11 @@ func (l *Life) follow(ev *event.Event) {
 		l.lockUntil = ev.Until
 		l.step(ev, "lock renewed until "+until(ev.Until))
 	case event.LockExpired:
-		l.Deliveries++
+		l.countFailure(ev)
 		unlocked()
 		l.step(ev, fmt.Sprintf("lock expired: failed deliveries now %d", l.Deliveries))
 	case event.Abandoned:
-		l.Deliveries++
+		l.countFailure(ev)
 		unlocked()
 		l.step(ev, fmt.Sprintf("abandoned: failed deliveries now %d%s", l.Deliveries, propsNote(ev)))
 	case event.Released:
@@ -317,7 +325,7 @@ func (l *Life) describeMessage(b *strings.Builder, ev *event.Event) {
 		fmt.Fprintf(b, ", id %s", quoteIfNeeded(ev.MessageID))
 	}
 	if ev.SessionID != "" {
-		fmt.Fprintf(b, ", session %s", quoteIfNeeded(ev.SessionID))
+		fmt.Fprintf(b, ", session %s", sessionText(ev.SessionID))
 	}
 	fmt.Fprintf(b, ", %d bytes", len(ev.Message))
 }
@@ -468,7 +476,7 @@ func WriteLives(w io.Writer, lives []*Life) error {
 			fmt.Fprintf(&b, ", id %s", quoteIfNeeded(l.MessageID))
 		}
 		if l.SessionID != "" {
-			fmt.Fprintf(&b, ", session %s", quoteIfNeeded(l.SessionID))
+			fmt.Fprintf(&b, ", session %s", sessionText(l.SessionID))
 		}
 		fmt.Fprintf(&b, ", %d bytes: %s", l.Size, l.Outcome)
 		if l.Outcome == "dead-lettered" && l.reason != "" {

@@ -298,7 +298,7 @@ func eventDetails(ev *event.Event, c eventContext) string {
 			add("id", quoteIfNeeded(ev.MessageID))
 		}
 		if ev.SessionID != "" {
-			add("session", quoteIfNeeded(ev.SessionID))
+			add("session", sessionText(ev.SessionID))
 		}
 		add("size", strconv.Itoa(len(ev.Message)))
 		if ev.Hops != 0 {
@@ -329,16 +329,16 @@ func eventDetails(ev *event.Event, c eventContext) string {
 	case event.ReceivedAndDeleted:
 		add("receiver", quoteIfNeeded(ev.Receiver))
 	case event.SessionLocked:
-		add("session", quoteIfNeeded(ev.SessionID))
+		add("session", sessionText(ev.SessionID))
 		add("receiver", quoteIfNeeded(ev.Receiver))
 		add("until", rel(ev.Until))
 	case event.SessionLockRenewed:
-		add("session", quoteIfNeeded(ev.SessionID))
+		add("session", sessionText(ev.SessionID))
 		add("until", rel(ev.Until))
 	case event.SessionUnlocked:
-		add("session", quoteIfNeeded(ev.SessionID))
+		add("session", sessionText(ev.SessionID))
 	case event.SessionStateSet:
-		add("session", quoteIfNeeded(ev.SessionID))
+		add("session", sessionText(ev.SessionID))
 		add("state", fmt.Sprintf("%dB", len(ev.State)))
 	}
 	if len(ev.Props) > 0 && ev.Type != event.Published {
@@ -383,11 +383,18 @@ func relative(at, base int64) string {
 	return "+" + d.String()
 }
 
+// sessionText shows a session id as its clients name it: the session ""
+// (projection.EmptySessionID) as "".
+func sessionText(id string) string { return quoteIfNeeded(projection.ClientSessionID(id)) }
+
 // quoteIfNeeded leaves a plain word as it is and quotes anything else, so a
 // key=value list stays unambiguous.
 func quoteIfNeeded(s string) string {
 	if s == "" {
 		return `""`
+	}
+	if !utf8.ValidString(s) {
+		return strconv.Quote(s)
 	}
 	for _, r := range s {
 		if r <= ' ' || r == '"' || r == '=' || r == '\\' || r >= utf8.RuneSelf && !unicode.IsPrint(r) {

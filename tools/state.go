@@ -390,7 +390,7 @@ func (rep *StateReport) WriteText(w io.Writer) error {
 				fmt.Fprintf(&b, " id %s", quoteIfNeeded(m.MessageID))
 			}
 			if m.SessionID != "" {
-				fmt.Fprintf(&b, " session %s", quoteIfNeeded(m.SessionID))
+				fmt.Fprintf(&b, " session %s", sessionText(m.SessionID))
 			}
 			if m.Archive != "" {
 				fmt.Fprintf(&b, " (archived in %s)", m.Archive)
@@ -423,7 +423,7 @@ func (rep *StateReport) WriteText(w io.Writer) error {
 				if owner == "" {
 					owner, until = "-", "-"
 				}
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%dB\n", quoteIfNeeded(s.ID), owner, until, s.Messages, s.StateSize)
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%dB\n", sessionText(s.ID), owner, until, s.Messages, s.StateSize)
 			}
 			tw.Flush()
 			if more := q.SessionCount - len(q.Sessions); more > 0 {

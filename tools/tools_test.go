@@ -96,6 +96,38 @@ func TestAuditExplicitAbandonsAndSharedMessageID(t *testing.T) {
 	}
 }
 
+// Abandons and lock expiries in the dead-letter queue count no failed
+// delivery, as the projection counts them: the audit keeps the count the
+// message was dead-lettered with and agrees with the entity's state.
+func TestAuditCountsNoDeliveriesInTheDeadLetterQueue(t *testing.T) {
+	data := t.TempDir()
+	s := newScene(t, data, 0)
+	cfg := projection.DefaultConfig()
+	cfg.LockDuration = 30 * time.Second
+	q := s.queue("q", cfg)
+	s.send(q, msg("m", "body"))
+	r := s.receiver(q, event.MainQueue, "r", broker.PeekLock)
+	r.settle(r.take(), projection.Abandon, "")
+	r.settle(r.take(), projection.DeadLetter, "bad")
+	dlq := s.receiver(q, event.DeadLetterQueue, "d", broker.PeekLock)
+	dlq.settle(dlq.take(), projection.Abandon, "")
+	dlq.take()
+	s.advance(time.Minute) // its lock runs out
+	d := dlq.take()
+	if d.Deliveries != 1 {
+		t.Fatalf("delivered from the dead-letter queue with %d failed deliveries, want 1", d.Deliveries)
+	}
+	s.close()
+
+	lives, err := Audit(data, "q", AuditOptions{MessageID: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := lives[0]; l.Deliveries != 1 || len(l.Notes) != 0 {
+		t.Fatalf("audit: %d failed deliveries, notes %q", l.Deliveries, l.Notes)
+	}
+}
+
 func TestStateAtEarlierPoint(t *testing.T) {
 	data := goldenDir(t)
 	end, err := State(data, "orders", StateOptions{})

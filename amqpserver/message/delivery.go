@@ -27,8 +27,9 @@ type Delivery struct {
 //
 //   - a new header with d's delivery-count and ttl, the other fields copied
 //     from the client's header;
-//   - a delivery-annotations section when d has a lock token (the client's
-//     own delivery annotations were for the previous hop only, §3.2.2);
+//   - a delivery-annotations section: the client's entries byte for byte,
+//     as Service Bus keeps them, then the lock token when d has one (a
+//     client's own x-opt-lock-token is dropped);
 //   - a new message-annotations section: the client's entries byte for
 //     byte, except those d overrides, then d's entries;
 //   - the bare message and the footer, copied unchanged (§3.2: the bare
@@ -43,10 +44,9 @@ func AppendDelivery(dst []byte, s *Sections, d *Delivery) ([]byte, error) {
 	h.DeliveryCount, h.TTL, h.HasTTL = d.DeliveryCount, d.TTL, d.HasTTL
 	dst = AppendHeader(dst, h)
 
-	if d.HasLockToken {
-		dst = appendLockToken(dst, d.LockToken)
+	if dst, err = appendDeliveryAnnotations(dst, s, d); err != nil {
+		return dst, err
 	}
-
 	if dst, err = appendAnnotations(dst, s, d.Annotations); err != nil {
 		return dst, err
 	}
@@ -100,12 +100,33 @@ func overridden(encodedKey []byte, set []Annotation) bool {
 	return false
 }
 
-// appendLockToken writes the delivery-annotations section carrying the
-// lock token.
-func appendLockToken(dst []byte, token encoding.UUID) []byte {
+// appendDeliveryAnnotations writes the delivery-annotations section: the
+// client's entries but its x-opt-lock-token, then d's lock token; nothing
+// when there is neither.
+func appendDeliveryAnnotations(dst []byte, s *Sections, d *Delivery) ([]byte, error) {
+	if !s.DeliveryAnnotations.Present() && !d.HasLockToken {
+		return dst, nil
+	}
 	dst = encoding.AppendDescriptor(dst, CodeDeliveryAnnotations)
 	dst, start := encoding.BeginMap(dst)
-	dst = encoding.AppendSymbol(dst, AnnotationLockToken)
-	dst = encoding.AppendUUID(dst, token)
-	return encoding.EndMap(dst, start, 1)
+	pairs := 0
+	if s.DeliveryAnnotations.Present() {
+		it := NewMapIter(s.ValueBytes(s.DeliveryAnnotations))
+		for it.Next() {
+			if keyIs(it.Key(), AnnotationLockToken) {
+				continue
+			}
+			dst = append(append(dst, it.Key()...), it.Value()...)
+			pairs++
+		}
+		if err := it.Err(); err != nil {
+			return dst, err
+		}
+	}
+	if d.HasLockToken {
+		dst = encoding.AppendSymbol(dst, AnnotationLockToken)
+		dst = encoding.AppendUUID(dst, d.LockToken)
+		pairs++
+	}
+	return encoding.EndMap(dst, start, pairs), nil
 }

@@ -106,20 +106,36 @@ func TestDeliveryOfMinimalMessage(t *testing.T) {
 	}
 }
 
-func TestDeliveryDropsClientDeliveryAnnotations(t *testing.T) {
+// TestDeliveryKeepsClientDeliveryAnnotations: Service Bus hands a
+// receiver the delivery annotations the sender set, beside its lock token
+// (the Go SDK's sender_test.go TestSender_SendAMQPMessageWithMultipleByteSlicesInData);
+// a client's own x-opt-lock-token never goes out.
+func TestDeliveryKeepsClientDeliveryAnnotations(t *testing.T) {
 	sent := marshal(t, &amqp.Message{
-		DeliveryAnnotations: amqp.Annotations{"x-opt-hop": "previous"},
+		DeliveryAnnotations: amqp.Annotations{"x-opt-hop": "previous", AnnotationLockToken: "forged"},
 		Footer:              amqp.Annotations{"x-opt-hash": "h"},
 		Value:               "v",
 	})
 	s := mustParse(t, sent)
-	out, err := AppendDelivery(nil, &s, &Delivery{Annotations: []Annotation{{Key: AnnotationSequenceNumber, Value: LongValue(1)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := unmarshal(t, out)
-	if got.DeliveryAnnotations != nil || got.Value != "v" || got.Footer["x-opt-hash"] != "h" || got.Annotations[AnnotationSequenceNumber] != int64(1) {
-		t.Fatalf("%+v", got)
+	token := encoding.UUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	for _, locked := range []bool{true, false} {
+		d := &Delivery{LockToken: token, HasLockToken: locked,
+			Annotations: []Annotation{{Key: AnnotationSequenceNumber, Value: LongValue(1)}}}
+		out, err := AppendDelivery(nil, &s, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := unmarshal(t, out)
+		want := amqp.Annotations{"x-opt-hop": "previous"}
+		if locked {
+			want[AnnotationLockToken] = amqp.UUID(token)
+		}
+		if !reflect.DeepEqual(got.DeliveryAnnotations, want) {
+			t.Errorf("locked %v: delivery annotations %#v, want %#v", locked, got.DeliveryAnnotations, want)
+		}
+		if got.Value != "v" || got.Footer["x-opt-hash"] != "h" || got.Annotations[AnnotationSequenceNumber] != int64(1) {
+			t.Fatalf("%+v", got)
+		}
 	}
 }
 

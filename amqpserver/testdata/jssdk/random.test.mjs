@@ -304,7 +304,7 @@ class Ledger {
     copy.ended = true;
     if (rec.holder !== copy) return;
     rec.holder = null;
-    rec.failed++;
+    if (copy.where !== "dlq") rec.failed++; // a dead-letter queue counts no deliveries
     rec.availableSince = copy.lockedUntil();
     this.note(rec, `lock of ${copy.who}'s copy ran out (${why})`);
     this.count("locks that ran out");
@@ -494,7 +494,7 @@ class Ledger {
       copy.abandoned = true;
       copy.ended = true;
       rec.holder = null;
-      rec.failed++;
+      if (copy.where !== "dlq") rec.failed++; // a dead-letter queue counts no deliveries
       rec.availableSince = Date.now();
       if (copy.where === "dlq") rec.state = "dlq";
       else if (rec.failed >= this.mdc(rec)) {

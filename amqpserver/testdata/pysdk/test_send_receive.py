@@ -270,6 +270,8 @@ class SendReceiveTest(BrokerTestCase):
         full = got[2]
         self.assertEqual(list(full.body), [b"part1", b"part2"])
         self.assertEqual(full.footer, {b"f": b"foot"})
+        # Service Bus hands over the sender's delivery annotations too.
+        self.assertEqual(full.delivery_annotations, {b"da": 1})
         self.assertEqual(full.header.priority, 7)
         self.assertEqual(full.annotations[b"x-custom"], b"ann")
         self.assertEqual(full.properties.message_id, b"raw-1")
