@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -38,17 +40,23 @@ import (
 // A PUT creates (201, or 409 if it exists) unless it has If-Match, which
 // makes it an update (200, or 404).
 type API struct {
-	b         *broker.Broker
-	keys      sas.Keys
-	logger    *slog.Logger
-	namespace string
-	started   time.Time
-	now       func() time.Time
+	b          *broker.Broker
+	keys       sas.Keys
+	logger     *slog.Logger
+	namespace  string
+	started    time.Time
+	now        func() time.Time
+	maxMessage int // the largest message a link carries (--max-message-size)
 }
 
-// NewAPI serves b's administration API, authorising with keys.
-func NewAPI(b *broker.Broker, keys sas.Keys, logger *slog.Logger) *API {
-	return &API{b: b, keys: keys, logger: logger, namespace: "sbemulatorns", started: time.Now(), now: time.Now}
+// NewAPI serves b's administration API, authorising with keys. maxMessage
+// is the largest message the broker's links carry: an entity created here
+// takes the smaller of it and 1 MB as its MaxMessageSizeInKilobytes unless
+// it names one, and may not name a larger one (a broker started with
+// --max-message-size 256KiB is a Standard namespace, 256 KB for all).
+func NewAPI(b *broker.Broker, keys sas.Keys, maxMessage int, logger *slog.Logger) *API {
+	return &API{b: b, keys: keys, logger: logger, namespace: "sbemulatorns", started: time.Now(), now: time.Now,
+		maxMessage: maxMessage}
 }
 
 // maxBody bounds a request's document.
@@ -59,12 +67,17 @@ const maxBody = 1 << 20
 const defaultTop = 100
 
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := a.authorize(r); err != nil {
+	key, err := a.authenticate(r)
+	if err != nil {
 		a.fail(w, r, http.StatusUnauthorized, err.Error())
 		return
 	}
 	path := strings.Trim(r.URL.Path, "/")
 	segs := strings.Split(path, "/")
+	if !key.Rights.Has(sas.Manage) {
+		a.refuse(w, r, segs, key)
+		return
+	}
 	switch {
 	case strings.EqualFold(path, "$namespaceinfo"):
 		if r.Method != http.MethodGet {
@@ -79,24 +92,75 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// authorize checks the request's SAS token: its signature by a known key,
-// its expiry, and Manage rights.
-func (a *API) authorize(r *http.Request) error {
+// authenticate checks the request's SAS token: its signature by a known
+// key and its expiry. Whether the key may do what the request asks is the
+// caller's to check.
+func (a *API) authenticate(r *http.Request) (sas.Key, error) {
 	token := r.Header.Get("Authorization")
 	if token == "" {
 		token = r.Header.Get("ServiceBusAuthorization")
 	}
 	if token == "" {
-		return errors.New("no SharedAccessSignature in the Authorization header")
+		return sas.Key{}, errors.New("no SharedAccessSignature in the Authorization header")
 	}
 	_, key, err := sas.Verify(token, a.keys, a.now())
 	if err != nil {
-		return fmt.Errorf("the SharedAccessSignature is not valid: %s", sas.Description(err))
+		return sas.Key{}, fmt.Errorf("the SharedAccessSignature is not valid: %s", sas.Description(err))
 	}
-	if !key.Rights.Has(sas.Manage) {
-		return fmt.Errorf("the key %s lacks Manage rights, which the administration API requires", key.Name)
+	return key, nil
+}
+
+// refuse answers a request whose key lacks Manage rights with 401 and the
+// text Service Bus gives for the operation, which the SDKs' tests match.
+// As the service does, a queue or topic that does not exist is reported
+// missing even so.
+func (a *API) refuse(w http.ResponseWriter, r *http.Request, segs []string, key sas.Key) {
+	sub := -1
+	for i := 1; i < len(segs); i++ {
+		if strings.EqualFold(segs[i], "Subscriptions") {
+			sub = i
+			break
+		}
 	}
-	return nil
+	var detail string
+	switch {
+	case sub >= 0:
+		detail = fmt.Sprintf("401 SubCode=40100: Unauthorized : Unauthorized access for '%s' operation on endpoint '%s'. "+
+			"The key %s lacks Manage rights.", operationName(r.Method, segs[sub+1:]), r.URL.Path, key.Name)
+	case r.Method == http.MethodGet && len(segs) == 1 && !strings.EqualFold(segs[0], "$namespaceinfo"):
+		if _, err := a.b.Entity(segs[0]); errors.Is(err, broker.ErrEntityNotFound) {
+			a.brokerError(w, r, err)
+			return
+		}
+		fallthrough
+	case r.Method == http.MethodGet:
+		detail = "Manage,EntityRead claims required for this operation. The key " + key.Name + " lacks Manage rights."
+	case r.Method == http.MethodDelete:
+		detail = "Authorization failed for specified action: Manage,EntityDelete. The key " + key.Name + " lacks Manage rights."
+	default:
+		detail = "Authorization failed for specified action: Manage,EntityWrite. The key " + key.Name + " lacks Manage rights."
+	}
+	a.fail(w, r, http.StatusUnauthorized, detail)
+}
+
+// operationName is Service Bus's name for a request on a topic's
+// subscriptions or rules (rest is the path after "Subscriptions").
+func operationName(method string, rest []string) string {
+	what := "Subscription"
+	if len(rest) >= 2 {
+		what = "Rule"
+	}
+	one := len(rest) == 1 || len(rest) == 3
+	switch {
+	case method == http.MethodGet && one:
+		return "Get" + what
+	case method == http.MethodGet:
+		return "Enumerate" + what + "s"
+	case method == http.MethodDelete:
+		return "Delete" + what
+	default:
+		return "CreateOrUpdate" + what
+	}
 }
 
 // entityRequest serves the paths below an entity's name.
@@ -154,6 +218,7 @@ func (a *API) entity(w http.ResponseWriter, r *http.Request, name string) {
 		if topic {
 			cfg = projection.DefaultTopicConfig()
 		}
+		cfg.MaxMessageSize = min(cfg.MaxMessageSize, a.maxMessage)
 		old := cfg
 		if update {
 			e, err := a.b.Entity(name)
@@ -180,9 +245,22 @@ func (a *API) entity(w http.ResponseWriter, r *http.Request, name string) {
 			a.fail(w, r, http.StatusBadRequest, err.Error())
 			return
 		}
+		what := "Queue"
+		if topic {
+			what = "Topic"
+		}
+		partitioned(&cfg)
+		generateKeys(cfg.AuthorizationRules)
 		switch {
 		case update && cfg.RequiresSession != old.RequiresSession:
-			a.fail(w, r, http.StatusBadRequest, "RequiresSession cannot be changed once the entity exists")
+			a.fail(w, r, http.StatusBadRequest, "The value for the RequiresSession property of an existing "+what+" cannot be changed.")
+			return
+		case update && cfg.EnablePartitioning != old.EnablePartitioning:
+			a.fail(w, r, http.StatusBadRequest, "Partitioning cannot be changed for "+what+". ")
+			return
+		case cfg.MaxMessageSize > a.maxMessage && (!update || cfg.MaxMessageSize != old.MaxMessageSize):
+			a.fail(w, r, http.StatusBadRequest, fmt.Sprintf("invalid MaxMessageSizeInKilobytes: %d is above the largest message this broker carries, %d (--max-message-size)",
+				cfg.MaxMessageSize/1024, a.maxMessage/1024))
 			return
 		case update && topic:
 			err = a.b.UpdateTopic(name, cfg)
@@ -208,6 +286,45 @@ func (a *API) entity(w http.ResponseWriter, r *http.Request, name string) {
 		a.fail(w, r, http.StatusMethodNotAllowed, r.Method+" is not served here")
 	}
 }
+
+// partitioned gives a partitioned entity's size as Service Bus reports
+// it: the service makes 16 partitions of MaxSizeInMegabytes each, so a
+// size up to 5 GB (the most a Standard entity may ask) is multiplied by
+// 16; a larger one is such a total already (an update sending back what
+// it read).
+func partitioned(cfg *projection.Config) {
+	if !cfg.EnablePartitioning {
+		return
+	}
+	mb := cfg.MaxSizeMB
+	if mb == 0 {
+		mb = projection.DefaultMaxSizeMB
+	}
+	if mb <= maxPartitionMB {
+		cfg.MaxSizeMB = mb * 16
+	}
+}
+
+// generateKeys gives the authorization rules that came without keys
+// random ones, as Service Bus does: 32 random bytes in base64.
+func generateKeys(rules []projection.AccessRule) {
+	for i := range rules {
+		for _, k := range []*string{&rules[i].PrimaryKey, &rules[i].SecondaryKey} {
+			if *k == "" {
+				*k = base64.StdEncoding.EncodeToString(randomBytes(32))
+			}
+		}
+	}
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b) // never fails (crypto/rand)
+	return b
+}
+
+// maxPartitionMB is the largest MaxSizeInMegabytes a Standard entity takes.
+const maxPartitionMB = 5 * 1024
 
 // replacing is what an update starts from: an update replaces the whole
 // description, as Service Bus does (the SDKs send every setting they
@@ -255,9 +372,13 @@ func (a *API) entityInfo(e *broker.Entity) (atom.Info, error) {
 	if err != nil {
 		return atom.Info{}, err
 	}
+	size, err := e.MessageBytes()
+	if err != nil {
+		return atom.Info{}, err
+	}
 	created, updated := e.Times()
-	info := atom.Info{Kind: atom.Queue, Path: e.Name(), Config: cfg, SizeInBytes: e.Bytes(),
-		Created: created, Updated: updated, Accessed: updated}
+	info := atom.Info{Kind: atom.Queue, Path: e.Name(), Config: cfg, SizeInBytes: size,
+		Created: created, Updated: updated, Accessed: e.Accessed()}
 	if e.IsTopic() {
 		info.Kind = atom.Topic
 		subs, err := e.Subscriptions()
@@ -417,7 +538,17 @@ func (a *API) subscriptionInfo(e *broker.Entity, s broker.SubscriptionInfo) (ato
 	}
 	at := time.Unix(0, s.Created)
 	return atom.Info{Kind: atom.Subscription, Path: e.Name() + "/Subscriptions/" + s.Name, Config: s.Config,
-		Counts: c, Created: at, Updated: at, Accessed: at}, nil
+		Counts: c, Created: at, Updated: at, Accessed: subscriptionAccessed(e, s)}, nil
+}
+
+// subscriptionAccessed is a subscription's AccessedAt: unlike a queue's
+// or a topic's it is never the zero time, as Service Bus has it, but its
+// creation until it is used.
+func subscriptionAccessed(e *broker.Entity, s broker.SubscriptionInfo) time.Time {
+	if at := e.SubscriptionAccessed(s.Queue); !at.IsZero() {
+		return at
+	}
+	return time.Unix(0, s.Created)
 }
 
 func findSubscription(e *broker.Entity, name string) (broker.SubscriptionInfo, error) {
@@ -505,7 +636,7 @@ func (a *API) subscription(w http.ResponseWriter, r *http.Request, topic, name s
 		}
 		switch {
 		case update && cfg.RequiresSession != old.RequiresSession:
-			a.fail(w, r, http.StatusBadRequest, "RequiresSession cannot be changed once the subscription exists")
+			a.fail(w, r, http.StatusBadRequest, "The value for the RequiresSession property of an existing Subscription cannot be changed.")
 			return
 		case update:
 			err = e.UpdateSubscription(name, cfg)

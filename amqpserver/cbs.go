@@ -169,6 +169,9 @@ func putToken(req *rpcRequest, keys sas.Keys, b *broker.Broker, cs *claims, now 
 	}
 	audience := req.prop("name")
 	tok, key, err := sas.Verify(token, keys, now)
+	if errors.Is(err, sas.ErrUnknownKey) {
+		tok, key, err = verifyEntityKey(token, tok, b, now)
+	}
 	if err != nil {
 		return rpcResponse{status: 401, condition: condUnauthorized, description: sas.Description(err)}
 	}
@@ -192,6 +195,45 @@ func putToken(req *rpcRequest, keys sas.Keys, b *broker.Broker, cs *claims, now 
 		return rpcResponse{status: 403, condition: condResourceLimit, description: err.Error()}
 	}
 	return rpcResponse{status: 202, description: "Accepted"}
+}
+
+// verifyEntityKey verifies a token signed by one of an entity's own
+// authorization rules (the administration API's AuthorizationRules), with
+// its primary or its secondary key. The token's audience must lie within
+// that entity, so the claim it makes does too. err is the namespace's
+// ErrUnknownKey when no rule of that name exists there.
+func verifyEntityKey(token string, tok sas.Token, b *broker.Broker, now time.Time) (sas.Token, sas.Key, error) {
+	unknown := fmt.Errorf("%w %q", sas.ErrUnknownKey, clip(tok.KeyName, 64))
+	path := audiencePath(tok.Audience)
+	name := entityOf(path)
+	e, err := b.Entity(name)
+	if err != nil || name == "" || !covers(strings.ToLower(name), strings.ToLower(path)) {
+		return tok, sas.Key{}, unknown
+	}
+	cfg, err := e.Config()
+	if err != nil {
+		return tok, sas.Key{}, unknown
+	}
+	for _, rule := range cfg.AuthorizationRules {
+		if rule.KeyName != tok.KeyName {
+			continue
+		}
+		rights, err := sas.ParseRights(strings.Join(rule.Rights, ","))
+		if err != nil {
+			return tok, sas.Key{}, unknown
+		}
+		for _, value := range []string{rule.PrimaryKey, rule.SecondaryKey} {
+			ks, err := sas.NewKeys(sas.Key{Name: rule.KeyName, Value: value, Rights: rights})
+			if err != nil {
+				continue // no secondary key
+			}
+			if t, k, err := sas.Verify(token, ks, now); !errors.Is(err, sas.ErrBadSignature) {
+				return t, k, err
+			}
+		}
+		return tok, sas.Key{}, fmt.Errorf("%w for key %q", sas.ErrBadSignature, rule.KeyName)
+	}
+	return tok, sas.Key{}, unknown
 }
 
 // clip shortens a client's string for an error description.

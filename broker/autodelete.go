@@ -19,10 +19,13 @@ import (
 // restarts. After a restart an entity's idle time counts from the start.
 
 // activity is when an entity, and each of a topic's subscriptions, was last
-// used (unix ns).
+// used (unix ns). accessed is the last message operation or receiver since
+// the broker started (0: none), the administration API's AccessedAt; last
+// also counts changes of the entity and starts at its opening.
 type activity struct {
-	last atomic.Int64
-	subs sync.Map // subscription queue number -> *atomic.Int64
+	last     atomic.Int64
+	accessed atomic.Int64
+	subs     sync.Map // subscription queue number -> *atomic.Int64
 }
 
 // touch records a use of queue q of e now: of the entity, and of q's
@@ -30,6 +33,7 @@ type activity struct {
 func (e *Entity) touch(q uint32) {
 	now := e.b.clock.Now().UnixNano()
 	e.active.last.Store(now)
+	e.active.accessed.Store(now)
 	if q >= event.QueueGroup {
 		g := q - q%event.QueueGroup
 		v, ok := e.active.subs.Load(g)
@@ -109,4 +113,23 @@ func (b *Broker) runAutoDelete() {
 			return
 		}
 	}
+}
+
+// Accessed is when e last had a message operation or a receiver attached
+// since the broker started; the zero time if it has had none.
+func (e *Entity) Accessed() time.Time { return unixOrZero(e.active.accessed.Load()) }
+
+// SubscriptionAccessed is Accessed for the subscription whose queue is q.
+func (e *Entity) SubscriptionAccessed(q uint32) time.Time {
+	if v, ok := e.active.subs.Load(q); ok {
+		return unixOrZero(v.(*atomic.Int64).Load())
+	}
+	return time.Time{}
+}
+
+func unixOrZero(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }

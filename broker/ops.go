@@ -459,6 +459,12 @@ func (e *Entity) Counts(queue uint32) (projection.Counts, error) {
 	})
 }
 
+// MessageBytes is how much the entity's messages take (the records that
+// MaxSizeInMegabytes counts), the administration API's SizeInBytes.
+func (e *Entity) MessageBytes() (int64, error) {
+	return call(e, func(e *Entity) (int64, error) { return int64(e.st.SizeBytes()), nil })
+}
+
 // Config returns the entity's config.
 func (e *Entity) Config() (projection.Config, error) {
 	return call(e, func(e *Entity) (projection.Config, error) { return e.st.Config(), nil })

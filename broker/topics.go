@@ -381,7 +381,8 @@ func (b *Broker) update(name, kind string, cfg Config) error {
 	if _, err := b.appendNamespace(event.Event{Type: event.EntityUpdated, Name: e.name, Props: spec}); err != nil {
 		return err
 	}
-	e.updated.Store(b.clock.Now().UnixNano())
-	e.touch(0)
+	now := b.clock.Now().UnixNano()
+	e.updated.Store(now)
+	e.active.last.Store(now) // a change: not idle, but not an access either
 	return nil
 }

@@ -7,6 +7,8 @@ package projection
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"slices"
 	"time"
 )
 
@@ -45,7 +47,29 @@ type Config struct {
 	NoBatchedOperations bool `json:"noBatchedOperations,omitempty"` // EnableBatchedOperations false
 	EnablePartitioning  bool `json:"enablePartitioning,omitempty"`
 	NoSupportOrdering   bool `json:"noSupportOrdering,omitempty"` // a topic's SupportOrdering false
+
+	// ForwardTo and ForwardDeadLetteredMessagesTo as the client wrote them
+	// when that was a URL (sb://host/name) rather than the name: the
+	// administration API reports them as written.
+	ForwardToAddress                     string `json:"forwardToAddress,omitempty"`
+	ForwardDeadLetteredMessagesToAddress string `json:"forwardDeadLetteredMessagesToAddress,omitempty"`
+
+	// AuthorizationRules are the entity's own shared access keys: a token
+	// signed with one of them grants its rights on this entity alone.
+	AuthorizationRules []AccessRule `json:"authorizationRules,omitempty"`
 }
+
+// AccessRule is a shared access authorization rule of an entity.
+type AccessRule struct {
+	KeyName      string   `json:"keyName"`
+	PrimaryKey   string   `json:"primaryKey"`
+	SecondaryKey string   `json:"secondaryKey,omitempty"`
+	Rights       []string `json:"rights"` // Listen, Send, Manage
+}
+
+// MaxAccessRules is how many AuthorizationRules an entity may have, as
+// Service Bus allows.
+const MaxAccessRules = 12
 
 // Status is an entity's availability, as the administration API sets it.
 type Status string
@@ -124,8 +148,41 @@ func (c Config) Validate() error {
 		return fmt.Errorf("negative max size %d MB", c.MaxSizeMB)
 	case len(c.UserMetadata) > 1024:
 		return fmt.Errorf("user metadata of %d characters, at most 1024", len(c.UserMetadata))
+	case len(c.AuthorizationRules) > MaxAccessRules:
+		return fmt.Errorf("%d authorization rules, at most %d", len(c.AuthorizationRules), MaxAccessRules)
+	}
+	seen := make(map[string]bool, len(c.AuthorizationRules))
+	for _, r := range c.AuthorizationRules {
+		switch {
+		case r.KeyName == "" || len(r.KeyName) > 256:
+			return fmt.Errorf("authorization rule key name %q: 1 to 256 characters", r.KeyName)
+		case seen[r.KeyName]:
+			return fmt.Errorf("authorization rule %q appears twice", r.KeyName)
+		case r.PrimaryKey == "" || len(r.PrimaryKey) > 256 || len(r.SecondaryKey) > 256:
+			return fmt.Errorf("authorization rule %q: keys of 1 to 256 characters", r.KeyName)
+		case len(r.Rights) == 0:
+			return fmt.Errorf("authorization rule %q grants no rights", r.KeyName)
+		}
+		seen[r.KeyName] = true
+		for _, right := range r.Rights {
+			if right != "Listen" && right != "Send" && right != "Manage" {
+				return fmt.Errorf("authorization rule %q: %q is not Listen, Send or Manage", r.KeyName, right)
+			}
+		}
 	}
 	return nil
+}
+
+// Equal reports whether c and o hold the same settings.
+func (c Config) Equal(o Config) bool {
+	if !slices.EqualFunc(c.AuthorizationRules, o.AuthorizationRules, func(a, b AccessRule) bool {
+		return a.KeyName == b.KeyName && a.PrimaryKey == b.PrimaryKey && a.SecondaryKey == b.SecondaryKey &&
+			slices.Equal(a.Rights, b.Rights)
+	}) {
+		return false
+	}
+	c.AuthorizationRules, o.AuthorizationRules = nil, nil
+	return reflect.DeepEqual(c, o) // plain values only, now
 }
 
 // Encode is the config as stored in EntityCreated and EntityUpdated events.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -150,14 +151,19 @@ var (
 		"SupportOrdering":                     setBool(func(c *projection.Config, b bool) { c.NoSupportOrdering = !b }),
 		"AutoDeleteOnIdle":                    setAutoDelete,
 		"EnablePartitioning":                  setBool(func(c *projection.Config, b bool) { c.EnablePartitioning = b }),
-		"ForwardTo":                           setEntityName(func(c *projection.Config, s string) { c.ForwardTo = s }),
-		"ForwardDeadLetteredMessagesTo":       setEntityName(func(c *projection.Config, s string) { c.ForwardDeadLetteredMessagesTo = s }),
-		"UserMetadata":                        setUserMetadata,
-		"MaxMessageSizeInKilobytes":           setMaxMessageSize,
+		"ForwardTo": setEntityName(func(c *projection.Config, name, address string) {
+			c.ForwardTo, c.ForwardToAddress = name, address
+		}),
+		"ForwardDeadLetteredMessagesTo": setEntityName(func(c *projection.Config, name, address string) {
+			c.ForwardDeadLetteredMessagesTo, c.ForwardDeadLetteredMessagesToAddress = name, address
+		}),
+		"AuthorizationRules":        setAuthorizationRules,
+		"UserMetadata":              setUserMetadata,
+		"MaxMessageSizeInKilobytes": setMaxMessageSize,
 	}
 	topicFields = pick(queueFields, "DefaultMessageTimeToLive", "MaxSizeInMegabytes", "RequiresDuplicateDetection",
 		"DuplicateDetectionHistoryTimeWindow", "EnableBatchedOperations", "Status", "UserMetadata", "SupportOrdering",
-		"AutoDeleteOnIdle", "EnablePartitioning", "MaxMessageSizeInKilobytes")
+		"AutoDeleteOnIdle", "EnablePartitioning", "MaxMessageSizeInKilobytes", "AuthorizationRules")
 	subscriptionFields = with(pick(queueFields, "LockDuration", "RequiresSession", "DefaultMessageTimeToLive",
 		"DeadLetteringOnMessageExpiration", "MaxDeliveryCount", "EnableBatchedOperations", "Status", "ForwardTo",
 		"UserMetadata", "ForwardDeadLetteredMessagesTo", "AutoDeleteOnIdle"),
@@ -318,13 +324,65 @@ func setUserMetadata(n *node, c *projection.Config) error {
 
 // setEntityName reads ForwardTo and ForwardDeadLetteredMessagesTo: an
 // entity name, or a URL whose path names it (JS turns a name into
-// sb://<endpoint>/<name>, and the Go live tests send that form). "" clears
-// the setting.
-func setEntityName(apply func(*projection.Config, string)) setter {
+// sb://<endpoint>/<name>, and the Go live tests send that form and expect
+// it back). apply gets the name and, when the value was a URL, the value
+// as written. "" clears the setting.
+func setEntityName(apply func(c *projection.Config, name, address string)) setter {
 	return func(n *node, c *projection.Config) error {
-		apply(c, entityName(n.value()))
+		v := strings.Trim(n.value(), xmlSpace)
+		name, address := entityName(v), ""
+		if name != v && name != "" {
+			address = v
+		}
+		apply(c, name, address)
 		return nil
 	}
+}
+
+// setAuthorizationRules reads an entity's own SharedAccessAuthorizationRules:
+// each a KeyName, keys and the Rights' AccessRights (Listen, Send, Manage).
+// ClaimType and ClaimValue are always SharedAccessKey and None and are not
+// kept; neither are the times. A rule without a KeyName (as a listing may
+// show one) is skipped; keys left out are the caller's to generate.
+func setAuthorizationRules(n *node, c *projection.Config) error {
+	var rules []projection.AccessRule
+	for _, r := range n.children {
+		if r.name.Local != "AuthorizationRule" {
+			continue
+		}
+		var rule projection.AccessRule
+		for _, f := range r.children {
+			switch f.name.Local {
+			case "KeyName":
+				rule.KeyName = f.value()
+			case "PrimaryKey":
+				rule.PrimaryKey = f.value()
+			case "SecondaryKey":
+				rule.SecondaryKey = f.value()
+			case "Rights":
+				for _, right := range f.children {
+					if right.name.Local == "AccessRights" {
+						rule.Rights = append(rule.Rights, right.value())
+					}
+				}
+			}
+		}
+		if rule.KeyName != "" {
+			rules = append(rules, rule)
+		}
+	}
+	probe := *c
+	probe.AuthorizationRules = slices.Clone(rules)
+	for i := range probe.AuthorizationRules {
+		if probe.AuthorizationRules[i].PrimaryKey == "" {
+			probe.AuthorizationRules[i].PrimaryKey = "generated"
+		}
+	}
+	if err := probe.Validate(); err != nil {
+		return err
+	}
+	c.AuthorizationRules = rules
+	return nil
 }
 
 // entityName strips scheme and host until none is left, so that the name

@@ -224,12 +224,14 @@ func TestParseSDKRequests(t *testing.T) {
 			c.DefaultTTL = day + 2*time.Hour + 3*time.Minute + 4500*time.Millisecond
 			c.NoBatchedOperations, c.Status, c.ForwardTo = true, projection.StatusReceiveDisabled, "q2"
 			c.UserMetadata, c.AutoDeleteOnIdle = "m & <x>", time.Hour
+			c.ForwardToAddress = "sb://127.0.0.1:42719/q2"
 		})},
 		{"js-queue-update.xml", queue(func(c *projection.Config) {
 			c.LockDuration, c.MaxSizeMB, c.RequiresSession, c.MaxDeliveryCount = 2*time.Minute, 2048, true, 5
 			c.DefaultTTL = day + 2*time.Hour + 3*time.Minute + 4500*time.Millisecond
 			c.NoBatchedOperations, c.Status, c.ForwardTo = true, projection.StatusReceiveDisabled, "q2"
 			c.UserMetadata, c.AutoDeleteOnIdle = "m & <x>", time.Hour
+			c.ForwardToAddress = "sb://127.0.0.1:42719/q2"
 		})},
 		{"py-queue-create.xml", queue(func(c *projection.Config) {
 			c.LockDuration, c.MaxSizeMB, c.RequiresDuplicateDetection, c.RequiresSession = 30*time.Second, 3072, true, true
@@ -240,7 +242,7 @@ func TestParseSDKRequests(t *testing.T) {
 			c.LockDuration, c.MaxSizeMB, c.RequiresDuplicateDetection, c.RequiresSession = 2*time.Minute, 3072, true, true
 			c.DefaultTTL, c.DuplicateWindow, c.MaxDeliveryCount = day+500*time.Microsecond, 20*time.Second, 5
 			c.Status, c.AutoDeleteOnIdle, c.UserMetadata = projection.StatusDisabled, 7*time.Minute, "py <meta>"
-			c.ForwardTo = "q2"
+			c.ForwardTo, c.ForwardToAddress = "q2", "sb://127.0.0.1:35591/q2"
 		})},
 	} {
 		checkEqual(t, c.file, mustQueue(t, readRequest(t, c.file)), c.want)
@@ -284,6 +286,7 @@ func TestParseSDKRequests(t *testing.T) {
 		{"js-subscription-create.xml", func(c *projection.Config) { c.LockDuration = 45 * time.Second }, &jsRule},
 		{"py-subscription-create.xml", func(c *projection.Config) {
 			c.LockDuration, c.DeadLetterOnFilterError, c.ForwardTo = 45*time.Second, false, "q2"
+			c.ForwardToAddress = "sb://127.0.0.1:35591/q2"
 		}, nil},
 	} {
 		got, want := projection.DefaultSubscriptionConfig(), projection.DefaultSubscriptionConfig()
@@ -397,6 +400,14 @@ func TestParseForwardTo(t *testing.T) {
 		cfg := projection.DefaultConfig()
 		if err := ParseQueue(queueDesc("<ForwardTo>"+in+"</ForwardTo>"), &cfg); err != nil || cfg.ForwardTo != want {
 			t.Errorf("ForwardTo %q: got %q, %v; want %q", in, cfg.ForwardTo, err, want)
+		}
+		// A URL is kept as written, to be reported so.
+		wantAddress := strings.TrimSpace(in)
+		if want == "" || want == wantAddress {
+			wantAddress = ""
+		}
+		if cfg.ForwardToAddress != wantAddress {
+			t.Errorf("ForwardTo %q: address %q, want %q", in, cfg.ForwardToAddress, wantAddress)
 		}
 	}
 }

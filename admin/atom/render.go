@@ -209,7 +209,7 @@ func (w *writer) queue(info Info) {
 	w.elem("SizeInBytes", strconv.FormatInt(info.SizeInBytes, 10))
 	w.elem("MessageCount", strconv.FormatInt(info.Counts.total(), 10))
 	w.boolean("IsAnonymousAccessible", false)
-	w.empty("AuthorizationRules")
+	w.authorizationRules(c.AuthorizationRules)
 	w.elem("Status", status(c))
 	w.times(info)
 	w.boolean("SupportOrdering", !c.NoSupportOrdering)
@@ -217,8 +217,8 @@ func (w *writer) queue(info Info) {
 	w.boolean("EnablePartitioning", c.EnablePartitioning)
 	w.boolean("EnableExpress", false)
 	w.countDetails(info.Counts)
-	w.optional("ForwardTo", c.ForwardTo)
-	w.optional("ForwardDeadLetteredMessagesTo", c.ForwardDeadLetteredMessagesTo)
+	w.optional("ForwardTo", written(c.ForwardTo, c.ForwardToAddress))
+	w.optional("ForwardDeadLetteredMessagesTo", written(c.ForwardDeadLetteredMessagesTo, c.ForwardDeadLetteredMessagesToAddress))
 	w.optional("UserMetadata", c.UserMetadata)
 	w.elem("MaxMessageSizeInKilobytes", strconv.Itoa(c.MaxMessageSize/1024))
 	w.elem("EntityAvailabilityStatus", "Available")
@@ -236,7 +236,7 @@ func (w *writer) topic(info Info) {
 	w.elem("SizeInBytes", strconv.FormatInt(info.SizeInBytes, 10))
 	w.boolean("FilteringMessagesBeforePublishing", false)
 	w.boolean("IsAnonymousAccessible", false)
-	w.empty("AuthorizationRules")
+	w.authorizationRules(c.AuthorizationRules)
 	w.elem("Status", status(c))
 	w.optional("UserMetadata", c.UserMetadata)
 	w.times(info)
@@ -266,13 +266,46 @@ func (w *writer) subscription(info Info) {
 	w.elem("MessageCount", strconv.FormatInt(info.Counts.total(), 10))
 	w.boolean("EnableBatchedOperations", !c.NoBatchedOperations)
 	w.elem("Status", status(c))
-	w.optional("ForwardTo", c.ForwardTo)
+	w.optional("ForwardTo", written(c.ForwardTo, c.ForwardToAddress))
 	w.optional("UserMetadata", c.UserMetadata)
-	w.optional("ForwardDeadLetteredMessagesTo", c.ForwardDeadLetteredMessagesTo)
+	w.optional("ForwardDeadLetteredMessagesTo", written(c.ForwardDeadLetteredMessagesTo, c.ForwardDeadLetteredMessagesToAddress))
 	w.elem("AutoDeleteOnIdle", neverIfZero(c.AutoDeleteOnIdle))
 	w.times(info)
 	w.countDetails(info.Counts)
 	w.elem("EntityAvailabilityStatus", "Available")
+}
+
+// written is a forwarding target as the client wrote it.
+func written(name, address string) string {
+	if address != "" && name != "" {
+		return address
+	}
+	return name
+}
+
+// authorizationRules writes an entity's own SharedAccessAuthorizationRules
+// (the i prefix is declared on the description).
+func (w *writer) authorizationRules(rules []projection.AccessRule) {
+	if len(rules) == 0 {
+		w.empty("AuthorizationRules")
+		return
+	}
+	w.open("AuthorizationRules")
+	for _, r := range rules {
+		w.open("AuthorizationRule", "i:type", "SharedAccessAuthorizationRule")
+		w.elem("ClaimType", "SharedAccessKey")
+		w.elem("ClaimValue", "None")
+		w.open("Rights")
+		for _, right := range r.Rights {
+			w.elem("AccessRights", right)
+		}
+		w.close("Rights")
+		w.elem("KeyName", r.KeyName)
+		w.elem("PrimaryKey", r.PrimaryKey)
+		w.optional("SecondaryKey", r.SecondaryKey)
+		w.close("AuthorizationRule")
+	}
+	w.close("AuthorizationRules")
 }
 
 func (w *writer) times(info Info) {
@@ -371,21 +404,26 @@ func (w *writer) startTag(tag string, attrs []string) {
 	w.WriteString(tag)
 	for i := 0; i+1 < len(attrs); i += 2 {
 		w.WriteString(" " + attrs[i] + `="`)
-		w.text(attrs[i+1])
+		w.escape(attrs[i+1], true)
 		w.WriteByte('"')
 	}
 }
 
 func (w *writer) close(tag string) { w.WriteString("</" + tag + ">") }
 
-// text writes s escaped with the five named entities only: the JS
-// clients' parser (fast-xml-parser through @azure/core-xml) leaves numeric
-// character references such as &#39; undecoded, so a quote must be
-// &apos;. A carriage return is written as &#xD; so that it survives XML's
-// line-end normalisation; tabs and newlines go as they are. What XML
-// cannot hold (other control characters, invalid UTF-8) becomes U+FFFD, as
+// text writes s as character data: see escape.
+func (w *writer) text(s string) { w.escape(s, false) }
+
+// escape writes s escaped with named entities only: the JS clients' parser
+// (fast-xml-parser through @azure/core-xml) leaves numeric character
+// references such as &#39; undecoded, so a quote in an attribute must be
+// &apos;. Quotes in character data go as they are, as the service writes
+// them (error details quote names, and the SDKs' tests match the text).
+// A carriage return is written as &#xD; so that it survives XML's line-end
+// normalisation; tabs and newlines go as they are. What XML cannot hold
+// (other control characters, invalid UTF-8) becomes U+FFFD, as
 // encoding/xml's EscapeText makes it.
-func (w *writer) text(s string) {
+func (w *writer) escape(s string, attr bool) {
 	for _, r := range s {
 		switch {
 		case r == '&':
@@ -394,9 +432,9 @@ func (w *writer) text(s string) {
 			w.WriteString("&lt;")
 		case r == '>':
 			w.WriteString("&gt;")
-		case r == '"':
+		case r == '"' && attr:
 			w.WriteString("&quot;")
-		case r == '\'':
+		case r == '\'' && attr:
 			w.WriteString("&apos;")
 		case r == '\r':
 			w.WriteString("&#xD;")

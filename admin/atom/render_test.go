@@ -37,6 +37,11 @@ func fullQueue() projection.Config {
 	c.Status, c.AutoDeleteOnIdle, c.MaxSizeMB = projection.StatusSendDisabled, 10*time.Minute, 2048
 	c.UserMetadata = "<&> \"quoted\" 'single'\t\n\r ü \U0001F600"
 	c.NoBatchedOperations, c.EnablePartitioning, c.NoSupportOrdering = true, true, true
+	c.ForwardToAddress = "sb://ns.example/q2"
+	c.AuthorizationRules = []projection.AccessRule{
+		{KeyName: "sender", PrimaryKey: "p1+/=", SecondaryKey: "s1", Rights: []string{"Send"}},
+		{KeyName: "all <&>", PrimaryKey: "p2", Rights: []string{"Listen", "Send", "Manage"}},
+	}
 	return c
 }
 
@@ -45,6 +50,7 @@ func fullTopic() projection.Config {
 	c.DefaultTTL, c.MaxSizeMB, c.RequiresDuplicateDetection, c.DuplicateWindow = time.Hour, 5120, true, 7*24*time.Hour
 	c.NoBatchedOperations, c.Status, c.UserMetadata = true, projection.StatusDisabled, "topic"
 	c.NoSupportOrdering, c.AutoDeleteOnIdle, c.EnablePartitioning, c.MaxMessageSize = true, time.Hour, true, 100<<20
+	c.AuthorizationRules = []projection.AccessRule{{KeyName: "listener", PrimaryKey: "k", Rights: []string{"Listen"}}}
 	return c
 }
 

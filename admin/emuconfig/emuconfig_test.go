@@ -129,7 +129,7 @@ func TestSampleConfig(t *testing.T) {
 		{"topic.1", ns.Topics[0].Config(), topic},
 		{"subscription.3", ns.Topics[0].Subscriptions[2].Config(), sub3},
 	} {
-		if c.got != c.want {
+		if !c.got.Equal(c.want) {
 			t.Errorf("%s config\n%+v\nwant\n%+v", c.name, c.got, c.want)
 		}
 		if err := c.got.Validate(); err != nil {
@@ -562,13 +562,13 @@ func TestQueueConfig(t *testing.T) {
 		MaxMessageSize:                100 << 20,
 		ForwardDeadLetteredMessagesTo: "graveyard",
 	}
-	if got := all.Config(); got != want {
+	if got := all.Config(); !got.Equal(want) {
 		t.Errorf("config\n%+v\nwant\n%+v", got, want)
 	}
 	if got := parseQueue(t, `"ForwardTo": "next"`).Config().ForwardTo; got != "next" {
 		t.Errorf("ForwardTo %q", got)
 	}
-	if got := parseQueue(t, "").Config(); got != broker.DefaultConfig() {
+	if got := parseQueue(t, "").Config(); !got.Equal(broker.DefaultConfig()) {
 		t.Errorf("config of no properties %+v, want the defaults", got)
 	}
 

@@ -27,13 +27,21 @@ import (
 // generated authority through its transport.
 func adminServer(t *testing.T, args ...string) (*proc, *sbadmin.Client) {
 	t.Helper()
+	p, ac, _ := adminServerCerts(t, args...)
+	return p, ac
+}
+
+// adminServerCerts is adminServer, also returning the directory of the
+// certificates.
+func adminServerCerts(t *testing.T, args ...string) (*proc, *sbadmin.Client, string) {
+	t.Helper()
 	certs := t.TempDir()
 	if code, out, errOut := runWalbus(t, nil, "cert", "--out", certs); code != 0 {
 		t.Fatalf("walbus cert: %d %s %s", code, out, errOut)
 	}
 	args = append([]string{"--tls-cert", filepath.Join(certs, "server.pem"), "--tls-key", filepath.Join(certs, "server-key.pem")}, args...)
 	p := startWalbus(t, t.TempDir(), args...)
-	return p, adminClient(t, p, certs, p.adminConnString("RootManageSharedAccessKey", "SAS_KEY_VALUE"))
+	return p, adminClient(t, p, certs, p.adminConnString("RootManageSharedAccessKey", "SAS_KEY_VALUE")), certs
 }
 
 // adminConnString is p's connection string for a key, naming localhost
@@ -678,3 +686,135 @@ func TestAdminAutoDeleteOnIdle(t *testing.T) {
 		t.Fatalf("the deleted queue after a restart: %+v %v", got, err)
 	}
 }
+
+// What the Go SDK's own live tests check of an entity beyond its settings,
+// through its administration client: an entity's own authorization rules
+// are kept (keys generated when left out) and grant their rights on that
+// entity alone; AccessedAt is zero until the first use, SizeInBytes
+// counts messages, not the log; a partitioned entity reports 16 times its
+// size and cannot stop being partitioned; ForwardTo reads back as
+// written; and a key without Manage gets 401 with the service's texts,
+// except for a queue that does not exist.
+func TestAdminEntityDetails(t *testing.T) {
+	p, ac, certs := adminServerCerts(t, "--key", "NoManage=bm9tYW5hZ2U=:Send,Listen")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	rules := []sbadmin.AuthorizationRule{
+		{KeyName: toPtr("sender"), PrimaryKey: toPtr("c2VuZGVyLXByaW1hcnk="), SecondaryKey: toPtr("c2VuZGVyLXNlY29uZA=="),
+			AccessRights: []sbadmin.AccessRight{sbadmin.AccessRightSend}},
+		{KeyName: toPtr("generated"), AccessRights: []sbadmin.AccessRight{sbadmin.AccessRightListen}},
+	}
+	created, err := ac.CreateQueue(ctx, "keyed", &sbadmin.CreateQueueOptions{Properties: &sbadmin.QueueProperties{
+		AuthorizationRules: rules}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := created.AuthorizationRules
+	if len(got) != 2 || *got[0].KeyName != "sender" || *got[0].PrimaryKey != *rules[0].PrimaryKey ||
+		*got[0].SecondaryKey != *rules[0].SecondaryKey || len(got[0].AccessRights) != 1 || got[0].AccessRights[0] != sbadmin.AccessRightSend {
+		t.Fatalf("rules read back: %+v", got)
+	}
+	if got[1].PrimaryKey == nil || len(*got[1].PrimaryKey) != 44 || got[1].SecondaryKey == nil || *got[1].SecondaryKey == *got[1].PrimaryKey {
+		t.Fatalf("keys not generated: %+v", got[1])
+	}
+	if _, err := ac.CreateQueue(ctx, "other", nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// The entity's key sends to it, with either of its keys, and nowhere else.
+	port := p.amqp[strings.LastIndexByte(p.amqp, ':')+1:]
+	entityClient := func(key string) *azservicebus.Client {
+		c, err := azservicebus.NewClientFromConnectionString(fmt.Sprintf(
+			"Endpoint=sb://localhost:%s;SharedAccessKeyName=sender;SharedAccessKey=%s;UseDevelopmentEmulator=true", port, key), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		return c
+	}
+	for _, key := range []string{*rules[0].PrimaryKey, *rules[0].SecondaryKey} {
+		s, err := entityClient(key).NewSender("keyed", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SendMessage(ctx, &azservicebus.Message{Body: []byte("by the entity's key")}, nil); err != nil {
+			t.Fatalf("send with the entity's key: %v", err)
+		}
+	}
+	noRetry := func(c *azservicebus.Client, q string) error {
+		s, err := c.NewSender(q, nil)
+		if err != nil {
+			return err
+		}
+		return s.SendMessage(ctx, &azservicebus.Message{Body: []byte("x")}, nil)
+	}
+	var sbErr *azservicebus.Error
+	if err := noRetry(entityClient(*rules[0].PrimaryKey), "other"); !errors.As(err, &sbErr) || sbErr.Code != azservicebus.CodeUnauthorizedAccess {
+		t.Fatalf("the entity's key on another queue: %v", err)
+	}
+	if err := noRetry(entityClient("d3Jvbmc="), "keyed"); !errors.As(err, &sbErr) || sbErr.Code != azservicebus.CodeUnauthorizedAccess {
+		t.Fatalf("a wrong key: %v", err)
+	}
+	r, err := entityClient(*rules[0].PrimaryKey).NewReceiverForQueue("keyed", nil)
+	if err == nil {
+		_, err = r.ReceiveMessages(ctx, 1, nil)
+	}
+	if !errors.As(err, &sbErr) || sbErr.Code != azservicebus.CodeUnauthorizedAccess {
+		t.Fatalf("a Send key receiving: %v", err)
+	}
+
+	// AccessedAt and SizeInBytes: "other" is untouched, "keyed" holds two.
+	rt, err := ac.GetQueueRuntimeProperties(ctx, "other", nil)
+	if err != nil || !rt.AccessedAt.IsZero() || rt.SizeInBytes != 0 || rt.CreatedAt.IsZero() {
+		t.Fatalf("untouched queue: %+v %v", rt, err)
+	}
+	rt, err = ac.GetQueueRuntimeProperties(ctx, "keyed", nil)
+	if err != nil || rt.AccessedAt.IsZero() || rt.SizeInBytes == 0 || rt.ActiveMessageCount != 2 {
+		t.Fatalf("used queue: %+v %v", rt, err)
+	}
+
+	// Partitioning.
+	part, err := ac.CreateQueue(ctx, "parted", &sbadmin.CreateQueueOptions{Properties: &sbadmin.QueueProperties{
+		EnablePartitioning: toPtr(true), MaxSizeInMegabytes: toPtr[int32](2048)}})
+	if err != nil || *part.MaxSizeInMegabytes != 16*2048 {
+		t.Fatalf("partitioned create: %v", err)
+	}
+	if up, err := ac.UpdateQueue(ctx, "parted", part.QueueProperties, nil); err != nil || *up.MaxSizeInMegabytes != 16*2048 {
+		t.Fatalf("round trip of a partitioned queue: %v", err)
+	}
+	part.EnablePartitioning = toPtr(false)
+	if _, err := ac.UpdateQueue(ctx, "parted", part.QueueProperties, nil); statusOf(err) != http.StatusBadRequest ||
+		!strings.Contains(err.Error(), "Partitioning cannot be changed for Queue") {
+		t.Fatalf("unpartitioning: %v", err)
+	}
+
+	// ForwardTo as a URL.
+	url := "sb://localhost:" + port + "/other"
+	fwd, err := ac.CreateQueue(ctx, "fwd", &sbadmin.CreateQueueOptions{Properties: &sbadmin.QueueProperties{ForwardTo: &url}})
+	if err != nil || fwd.ForwardTo == nil || *fwd.ForwardTo != url {
+		t.Fatalf("ForwardTo %v: %v", fwd.ForwardTo, err)
+	}
+
+	// Without Manage.
+	low := adminClient(t, p, certs, p.adminConnString("NoManage", "bm9tYW5hZ2U="))
+	if q, err := low.GetQueue(ctx, "missing", nil); err != nil || q != nil {
+		t.Fatalf("a missing queue without Manage: %v %v", q, err)
+	}
+	for _, c := range []struct {
+		err  error
+		text string
+	}{
+		{second(low.GetQueue(ctx, "keyed", nil)), "Manage,EntityRead claims required for this operation"},
+		{second(low.CreateQueue(ctx, "new", nil)), "Authorization failed for specified action: Manage,EntityWrite"},
+		{second(low.DeleteQueue(ctx, "keyed", nil)), "Authorization failed for specified action: Manage,EntityDelete"},
+		{second(low.GetSubscription(ctx, "t", "s", nil)), "Unauthorized access for 'GetSubscription'"},
+		{second(low.CreateSubscription(ctx, "t", "s", nil)), "Unauthorized access for 'CreateOrUpdateSubscription'"},
+	} {
+		if statusOf(c.err) != http.StatusUnauthorized || !strings.Contains(c.err.Error(), c.text) {
+			t.Errorf("want 401 %q, got %v", c.text, c.err)
+		}
+	}
+}
+
+func second[T any](_ T, err error) error { return err }

@@ -216,7 +216,7 @@ func configChanges(a, b projection.Config) []string {
 			out = append(out, f.name)
 		}
 	}
-	if len(out) == 0 && a != b {
+	if len(out) == 0 && !a.Equal(b) {
 		out = append(out, "other") // a setting this list does not know yet
 	}
 	return out

@@ -405,7 +405,7 @@ func serve(args []string) int {
 	srv := amqpserver.New(b, amqpserver.Config{Keys: keys, Logger: logger, AuthTimeout: o.authTimeout,
 		SessionWait: o.sessionWait, Transport: withNoSASL(o.limits)})
 	metrics.SetConnections(srv.Stats)
-	api.Set(admin.NewAPI(b, keys, logger))
+	api.Set(admin.NewAPI(b, keys, int(o.limits.MaxMessageSize), logger))
 	ws.Set(transport.WebSocketHandler(srv.ServeConn, logger))
 	for _, sp := range splits {
 		go srv.Serve(sp.AMQP()) // AMQP on the HTTP listener

@@ -291,12 +291,18 @@ class AdminTest(BrokerTestCase):
             admin.get_subscription("news", "red")
 
     def test_a_key_without_manage_or_a_wrong_key_is_401(self):
+        self.admin.create_queue("guarded")
         for name, key in (("sender", "c2VuZGVy"), ("RootManageSharedAccessKey", "wrong")):
             with self.admin_client(name, key) as admin:
-                for call in (lambda: admin.create_queue("refused"), lambda: admin.get_queue("orders"),
-                             lambda: list(admin.list_queues())):
+                for call in (lambda: admin.create_queue("refused"), lambda: admin.get_queue("guarded"),
+                             lambda: list(admin.list_queues()), lambda: admin.delete_queue("guarded")):
                     with self.assertRaises(HttpResponseError) as cm:
                         call()
                     self.assertStatus(cm, 401)
+        # As Service Bus does, a queue that does not exist reads as missing
+        # to a valid key without Manage rights.
+        with self.admin_client("sender", "c2VuZGVy") as admin:
+            with self.assertRaises(ResourceNotFoundError):
+                admin.get_queue("absent")
         with self.assertRaises(ResourceNotFoundError):
             self.admin.get_queue("refused")
