@@ -54,8 +54,8 @@ test-py: build
 # The official Go SDK's own live tests (azservicebus and its admin package,
 # at the version go.mod pins) against two real walbus serve processes, a
 # Standard and a Premium namespace, in a network namespace that has only
-# loopback (needs unshare, mount and ip). The tests that need the cloud are
-# listed, with the reason, in $(GOSDK_DIR)/cloud-only.txt.
+# loopback (needs unshare, mount and ip). The tests that cannot pass here are
+# listed, with the reason, in $(GOSDK_DIR)/skipped.txt.
 GOSDK_DIR := amqpserver/testdata/gosdk
 conformance: build
 	cd $(GOSDK_DIR) && $(GO) run . --walbus $(abspath $(BIN))
