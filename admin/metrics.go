@@ -110,6 +110,38 @@ func (m *Metrics) ObserveRecovery(rec broker.Recovery) {
 // SetBroker makes the broker's entities visible to scrapes.
 func (m *Metrics) SetBroker(b *broker.Broker) { m.broker.Store(b) }
 
+// SetAdmission makes the listeners' admission counts visible to scrapes:
+// pending connections, refusals by limit, handshake timeouts.
+func (m *Metrics) SetAdmission(a *transport.Admission) {
+	m.reg.MustRegister(admissionCollector{a})
+}
+
+var (
+	descPending = prometheus.NewDesc("walbus_connections_pending",
+		"Connections accepted and not yet authorized (AMQP) or sent a request line (HTTP).", nil, nil)
+	descRefused = prometheus.NewDesc("walbus_connections_refused_total",
+		"Connections closed at accept because a limit was reached, by limit.", []string{"limit"}, nil)
+	descHandshakeTimeouts = prometheus.NewDesc("walbus_handshake_timeouts_total",
+		"Pending connections closed by --handshake-timeout.", nil, nil)
+)
+
+type admissionCollector struct{ a *transport.Admission }
+
+func (c admissionCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descPending
+	ch <- descRefused
+	ch <- descHandshakeTimeouts
+}
+
+func (c admissionCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.a.Stats()
+	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(st.Pending))
+	for i, n := range st.Refused {
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), transport.LimitNames[i])
+	}
+	ch <- prometheus.MustNewConstMetric(descHandshakeTimeouts, prometheus.CounterValue, float64(st.TimedOut))
+}
+
 // SetConnections makes the AMQP server's open connections, sessions and
 // links visible to scrapes.
 func (m *Metrics) SetConnections(stats func() transport.Stats) {

@@ -105,6 +105,9 @@ func (rl *requestLink) Deliver(d transport.Delivery) {
 			// The new claim may end sooner, or grant less, than the one it
 			// replaced: the links it covers are checked again now.
 			rl.cs.checkExpiry()
+			if rl.cs.conn != nil {
+				rl.cs.conn.Authorized() // no longer pending (transport.Admission)
+			}
 		}
 		reply(resp)
 		return

@@ -132,6 +132,9 @@ func (s *Server) ConnectionOpened(c *transport.Conn) *frames.Error {
 	cs.conn = c
 	s.conns.Add(1)
 	s.logger.Info("connection opened", "conn", c.ID(), "peer", c.Info().Peer())
+	if cs.claims.any(s.cfg.Now()) {
+		c.Authorized() // SASL PLAIN authorized it
+	}
 	cs.authTimer = time.AfterFunc(s.cfg.AuthTimeout, func() {
 		if !cs.claims.any(s.cfg.Now()) {
 			c.Close(&frames.Error{Condition: condUnauthorized,

@@ -96,6 +96,10 @@ func newConn(s *Server, nc net.Conn) *Conn {
 // ID is unique among the server's connections.
 func (c *Conn) ID() uint64 { return c.id }
 
+// Authorized tells the listener's Admission, if any, that the connection
+// has authorized something: it is no longer pending.
+func (c *Conn) Authorized() { Authorized(c.nc) }
+
 // Info describes the socket.
 func (c *Conn) Info() ConnInfo { return c.info }
 

@@ -27,6 +27,7 @@ import (
 type Split struct {
 	ln      net.Listener
 	tls     *tls.Config // nil: no TLS here
+	adm     *Admission  // nil: every connection is kept
 	logger  *slog.Logger
 	timeout time.Duration
 
@@ -38,10 +39,16 @@ type Split struct {
 // bytes (and to finish a TLS handshake) before it is told apart.
 const sniffTimeout = 10 * time.Second
 
-// NewSplit starts accepting on ln. cfg, if not nil, lets clients speak TLS.
-func NewSplit(ln net.Listener, cfg *tls.Config, logger *slog.Logger) *Split {
-	s := &Split{ln: ln, tls: cfg, logger: logger, timeout: sniffTimeout,
+// NewSplit starts accepting on ln. cfg, if not nil, lets clients speak
+// TLS. adm, if not nil, decides which connections are kept (a connection
+// is pending until AMQP authorizes it or HTTP sends its request line); its
+// handshake timeout also bounds the wait for the first bytes.
+func NewSplit(ln net.Listener, cfg *tls.Config, adm *Admission, logger *slog.Logger) *Split {
+	s := &Split{ln: ln, tls: cfg, adm: adm, logger: logger, timeout: sniffTimeout,
 		amqp: newChanListener(ln.Addr()), http: newChanListener(ln.Addr())}
+	if adm != nil && adm.limits.HandshakeTimeout > 0 {
+		s.timeout = adm.limits.HandshakeTimeout
+	}
 	go s.run()
 	return s
 }
@@ -77,6 +84,12 @@ func (s *Split) run() {
 			continue
 		}
 		backoff = 0
+		if s.adm != nil {
+			var ok bool
+			if nc, ok = s.adm.Admit(nc); !ok {
+				continue
+			}
+		}
 		go s.route(nc)
 	}
 }
@@ -107,6 +120,7 @@ func (s *Split) route(nc net.Conn) {
 	case bytes.Equal(first, []byte("AMQP")):
 		s.amqp.push(c)
 	case httpStart(first):
+		Authorized(c) // each request carries its own authorization
 		s.http.push(c)
 	default:
 		s.refuse(nc, "neither AMQP nor HTTP: "+quoteBytes(first))
@@ -173,12 +187,20 @@ func TLSState(nc net.Conn) *tls.ConnectionState {
 	return nil
 }
 
-// unwrap is the connection under a peekedConn, or nc.
+// unwrap is the connection under Split's wrappers (a peekedConn, an
+// admittedConn), or nc: a *tls.Conn or a *net.TCPConn for connections
+// Split handed out.
 func unwrap(nc net.Conn) net.Conn {
-	if p, ok := nc.(*peekedConn); ok {
-		return p.Conn
+	for {
+		switch c := nc.(type) {
+		case *peekedConn:
+			nc = c.Conn
+		case *admittedConn:
+			nc = c.Conn
+		default:
+			return nc
+		}
 	}
-	return nc
 }
 
 // chanListener is a net.Listener fed by Split.

@@ -46,7 +46,7 @@ func TestSplitTellsProtocolsApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp := NewSplit(ln, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	sp := NewSplit(ln, cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	defer sp.Close()
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "hello "+r.URL.Path)

@@ -42,6 +42,7 @@ type serveOptions struct {
 	keys                                                         keyFlags
 	noDefaultKey, httpTLS, pprof, repair                         bool
 	limits                                                       transport.Config
+	admission                                                    transport.AdmissionLimits
 	maxFrameSize, maxMessageSize                                 int
 	segmentSize, cacheSize, compactBytes, snapshotEvery          int
 	autoDeleteScale                                              int
@@ -95,6 +96,10 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.BoolVar(&o.noDefaultKey, "no-default-key", false, "do not accept the emulator's default key "+defaultKeyName)
 	o.maxFrameSize, o.maxMessageSize = 256<<10, 1<<20
 	fs.IntVar(&o.limits.MaxConnections, "max-connections", 10000, "most AMQP connections at once")
+	fs.DurationVar(&o.admission.HandshakeTimeout, "handshake-timeout", 10*time.Second, "close a connection not authorized this long after it was accepted (AMQP: a CBS token or SASL PLAIN; HTTP: its request line)")
+	fs.IntVar(&o.admission.MaxPending, "max-pending-connections", 1000, "most connections accepted and not yet authorized, on all listeners; 0 no limit")
+	fs.IntVar(&o.admission.MaxPendingPerAddress, "max-pending-per-address", 100, "most connections from one source address not yet authorized; 0 no limit")
+	fs.IntVar(&o.admission.MaxPerAddress, "max-connections-per-address", 2000, "most connections from one source address, authorized or not; 0 no limit")
 	fs.IntVar(&o.limits.MaxSessions, "max-sessions", 1024, "most sessions per connection (channel-max + 1)")
 	fs.IntVar(&o.limits.MaxLinksPerSession, "max-links", 1024, "most links per session (handle-max + 1)")
 	fs.Var(byteSize{&o.maxFrameSize}, "max-frame-size", "largest AMQP frame, e.g. 256KiB")
@@ -351,7 +356,14 @@ func serve(args []string) int {
 	if o.pprof {
 		httpHandler = withProfiler(httpHandler)
 	}
-	httpSrv := &http.Server{Handler: httpHandler, ReadHeaderTimeout: 10 * time.Second, ConnContext: admin.ConnContext}
+	// One admission for every listener: the pending limit is the broker's.
+	o.admission.Flags = [...]string{transport.LimitPending: "--max-pending-connections",
+		transport.LimitPendingPerAddress: "--max-pending-per-address", transport.LimitPerAddress: "--max-connections-per-address"}
+	adm := transport.NewAdmission(o.admission, logger)
+	metrics.SetAdmission(adm)
+	o.limits.HandshakeTimeout = o.admission.HandshakeTimeout
+	httpSrv := &http.Server{Handler: httpHandler, ReadHeaderTimeout: cmp.Or(o.admission.HandshakeTimeout, 10*time.Second),
+		ConnContext: admin.ConnContext}
 	var splits []*transport.Split
 	defer func() {
 		for _, sp := range splits {
@@ -364,7 +376,7 @@ func serve(args []string) int {
 			logger.Error("cannot listen for HTTP", "addr", o.httpAddr, "err", err)
 			return 1
 		}
-		sp := transport.NewSplit(ln, tlsCfg, logger)
+		sp := transport.NewSplit(ln, tlsCfg, adm, logger)
 		splits = append(splits, sp)
 		go httpSrv.Serve(sp.HTTP())
 		logger.Info("listening", "http", ln.Addr().String())
@@ -410,7 +422,7 @@ func serve(args []string) int {
 	for _, sp := range splits {
 		go srv.Serve(sp.AMQP()) // AMQP on the HTTP listener
 	}
-	more, err := listenAMQP(o, tlsCfg, logger)
+	more, err := listenAMQP(o, tlsCfg, adm, logger)
 	if err != nil {
 		logger.Error("cannot listen for AMQP", "err", err)
 		b.Close()
@@ -483,7 +495,7 @@ func withNoSASL(c transport.Config) transport.Config {
 
 // listenAMQP listens on the AMQP addresses: --amqp, where clients start in
 // plain TCP (TLS is taken too when walbus has a certificate), and --amqps.
-func listenAMQP(o *serveOptions, tlsCfg *tls.Config, logger *slog.Logger) ([]*transport.Split, error) {
+func listenAMQP(o *serveOptions, tlsCfg *tls.Config, adm *transport.Admission, logger *slog.Logger) ([]*transport.Split, error) {
 	var splits []*transport.Split
 	for _, l := range []struct{ name, addr string }{{"amqp", o.amqpAddr}, {"amqps", o.amqpsAddr}} {
 		if l.addr == "" {
@@ -496,7 +508,7 @@ func listenAMQP(o *serveOptions, tlsCfg *tls.Config, logger *slog.Logger) ([]*tr
 			}
 			return nil, err
 		}
-		splits = append(splits, transport.NewSplit(ln, tlsCfg, logger))
+		splits = append(splits, transport.NewSplit(ln, tlsCfg, adm, logger))
 		logger.Info("listening", l.name, ln.Addr().String())
 	}
 	return splits, nil
