@@ -16,7 +16,13 @@ type Health struct {
 	ready    atomic.Bool
 	stopping atomic.Bool
 	entities atomic.Int64
+	degraded atomic.Pointer[func() string]
 }
+
+// SetDegraded makes /health ask reason whether the broker serves only in
+// part (a low disk): a reason that is not "" makes the status "degraded",
+// still 200, with the reason beside it.
+func (h *Health) SetDegraded(reason func() string) { h.degraded.Store(&reason) }
 
 // Ready marks the broker ready to serve n entities.
 func (h *Health) Ready(entities int) {
@@ -28,20 +34,27 @@ func (h *Health) Ready(entities int) {
 func (h *Health) Stopping() { h.stopping.Store(true) }
 
 func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	status, code := "ok", http.StatusOK
+	status, code, reason := "ok", http.StatusOK, ""
 	switch {
 	case h.stopping.Load():
 		status, code = "stopping", http.StatusServiceUnavailable
 	case !h.ready.Load():
 		status, code = "starting", http.StatusServiceUnavailable
+	default:
+		if f := h.degraded.Load(); f != nil {
+			if reason = (*f)(); reason != "" {
+				status = "degraded"
+			}
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(struct {
 		Status   string `json:"status"`
+		Reason   string `json:"reason,omitempty"`
 		Entities int64  `json:"entities"`
-	}{status, h.entities.Load()})
+	}{status, reason, h.entities.Load()})
 }
 
 // Handler serves /health and /metrics, and everything else with api (the

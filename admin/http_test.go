@@ -4,11 +4,13 @@ import (
 	"io"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
-// /health is 503 until the broker is ready, 200 while it serves, and 503
-// again once shutdown starts, so a poller never reaches a half-ready broker.
+// /health is 503 until the broker is ready, 200 while it serves (with
+// "degraded" and a reason while it serves in part), and 503 again once
+// shutdown starts, so a poller never reaches a half-ready broker.
 func TestHealthStates(t *testing.T) {
 	h := &Health{}
 	srv := httptest.NewServer(Handler(h, NewMetrics(), nil))
@@ -28,6 +30,16 @@ func TestHealthStates(t *testing.T) {
 	h.Ready(3)
 	if code, body := get(); code != 200 || !strings.Contains(body, `"ok"`) || !strings.Contains(body, `"entities":3`) {
 		t.Fatalf("ready: %d %s", code, body)
+	}
+	var reason atomic.Value
+	reason.Store("disk low: new messages are refused")
+	h.SetDegraded(func() string { return reason.Load().(string) })
+	if code, body := get(); code != 200 || !strings.Contains(body, `"status":"degraded"`) || !strings.Contains(body, "disk low") {
+		t.Fatalf("degraded: %d %s", code, body)
+	}
+	reason.Store("")
+	if code, body := get(); code != 200 || !strings.Contains(body, `"status":"ok"`) || strings.Contains(body, "reason") {
+		t.Fatalf("degraded no more: %d %s", code, body)
 	}
 	h.Stopping()
 	if code, body := get(); code != 503 || !strings.Contains(body, `"stopping"`) {

@@ -187,9 +187,13 @@ var (
 		"Messages moved to a subscription's dead-letter queue (its filters' failures included).", subLabels, nil)
 	descSubExpired = prometheus.NewDesc("walbus_subscription_expired_total",
 		"Messages of a subscription dropped when their time to live ran out.", subLabels, nil)
-	descConns    = prometheus.NewDesc("walbus_connections_open", "Open AMQP connections.", nil, nil)
-	descSessions = prometheus.NewDesc("walbus_sessions_open", "Open AMQP sessions.", nil, nil)
-	descLinks    = prometheus.NewDesc("walbus_links_open", "Attached AMQP links.", nil, nil)
+	descDiskFree        = prometheus.NewDesc("walbus_disk_free_bytes", "Free bytes in the data directory's file system, at the last check.", nil, nil)
+	descDiskReserve     = prometheus.NewDesc("walbus_disk_reserve_bytes", "The emergency disk reserve's size (--disk-reserve).", nil, nil)
+	descDiskReserveHeld = prometheus.NewDesc("walbus_disk_reserve_held", "1 while the reserve file is in place, 0 once given back.", nil, nil)
+	descDiskLow         = prometheus.NewDesc("walbus_disk_low", "1 while new messages are refused for lack of disk space.", nil, nil)
+	descConns           = prometheus.NewDesc("walbus_connections_open", "Open AMQP connections.", nil, nil)
+	descSessions        = prometheus.NewDesc("walbus_sessions_open", "Open AMQP sessions.", nil, nil)
+	descLinks           = prometheus.NewDesc("walbus_links_open", "Attached AMQP links.", nil, nil)
 )
 
 // entityCollector reads every entity at scrape time.
@@ -198,6 +202,7 @@ type entityCollector struct{ m *Metrics }
 func (c entityCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMessages, descLogBytes, descSent, descDelivered, descCompleted,
 		descAbandoned, descDeadLettered, descExpired, descDeleted, descLockLost, descLockExpired, descConns, descSessions, descLinks,
+		descDiskFree, descDiskReserve, descDiskReserveHeld, descDiskLow,
 		descSubMessages, descSubEnqueued, descSubDelivered, descSubCompleted, descSubAbandoned, descSubDeadLettered, descSubExpired} {
 		ch <- d
 	}
@@ -214,6 +219,11 @@ func (c entityCollector) Collect(ch chan<- prometheus.Metric) {
 	if b == nil {
 		return
 	}
+	d := b.Disk()
+	ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(d.Free))
+	ch <- prometheus.MustNewConstMetric(descDiskReserve, prometheus.GaugeValue, float64(d.Reserve))
+	ch <- prometheus.MustNewConstMetric(descDiskReserveHeld, prometheus.GaugeValue, boolValue(d.ReserveHeld))
+	ch <- prometheus.MustNewConstMetric(descDiskLow, prometheus.GaugeValue, boolValue(d.Low))
 	entities := b.Entities()
 	var wg sync.WaitGroup
 	for _, e := range entities {
@@ -290,4 +300,11 @@ func collectEntity(ch chan<- prometheus.Metric, e *broker.Entity) {
 	for reason, v := range s.DeadLettered {
 		ch <- prometheus.MustNewConstMetric(descDeadLettered, prometheus.CounterValue, float64(v), name, reason)
 	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -174,6 +174,8 @@ func failure(err error) rpcResponse {
 // plainly: their details (paths, devices) are for the server's log.
 func describe(err error) string {
 	switch {
+	case errors.Is(err, broker.ErrDiskLow):
+		return "The broker's disk is nearly full: it takes no new messages until space is freed; receives and settlements go on."
 	case isDiskFull(err):
 		return "The broker cannot store anything: its disk is full. Nothing was stored; try again later."
 	case errors.Is(err, broker.ErrLogFailed):

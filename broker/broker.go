@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/walbus/walbus/broker/layout"
@@ -95,6 +96,16 @@ type Options struct {
 	// client sent; the protocol layer supplies it. Without it, or when it
 	// fails, rules see only the MessageId and SessionId.
 	FilterMessage func(body []byte) (*FilterMessage, error)
+	// DiskReserve is the size of the emergency reserve kept in Dir (see
+	// disk.go; walbus serve's default is DefaultDiskReserve). 0: none, but
+	// the disk is still watched, and a write that fails for space still
+	// makes it low.
+	DiskReserve int64
+	// DiskCheck is how often the free space is read. Default 1 s.
+	DiskCheck time.Duration
+	// DiskFree, if set, reports the free bytes in Dir in place of
+	// statfs (tests only).
+	DiskFree func() (uint64, error)
 	// Fault, if set, is asked before every write and fsync of an entity's
 	// log (entity "" is the namespace log): the fault-injection layer for
 	// tests. Production leaves it nil.
@@ -129,6 +140,9 @@ func (o Options) withDefaults() Options {
 	if o.CacheBytes <= 0 {
 		o.CacheBytes = 8 << 20
 	}
+	if o.DiskCheck <= 0 {
+		o.DiskCheck = time.Second
+	}
 	return o
 }
 
@@ -144,7 +158,8 @@ type Broker struct {
 	mu       sync.RWMutex
 	entities map[string]*Entity // by lower-case name
 	closed   bool
-	quit     chan struct{} // closed at shutdown
+	quit     chan struct{}             // closed at shutdown
+	disk     atomic.Pointer[diskGuard] // set once recovery is done
 }
 
 // Errors about entities.
@@ -265,6 +280,9 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		e.post(func(*Entity) {})
 	}
 	rec.Took = time.Since(start)
+	disk := newDiskGuard(b)
+	disk.start()
+	b.disk.Store(disk)
 	go b.runAutoDelete()
 	return b, rec, nil
 }
@@ -392,9 +410,11 @@ func (b *Broker) appendNamespace(ev event.Event) (uint64, error) {
 	ch := make(chan error, 1)
 	evs := []event.Event{ev}
 	if _, err := b.ns.Append(evs, func(err error) { ch <- err }); err != nil {
+		b.writeFailed(err)
 		return 0, err
 	}
 	if err := <-ch; err != nil {
+		b.writeFailed(err)
 		return 0, err
 	}
 	b.nsLast = evs[0].Index

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -136,5 +137,137 @@ func TestNamespaceLogRecoversAfterDiskFull(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A low disk: once free space falls under the reserve, the reserve file
+// goes, new messages are refused at once with ErrDiskLow, and consumers go
+// on: a held lock completes, the queue drains, peeks work. Once three times
+// the reserve is free again the file comes back and sends are taken.
+func TestDiskLowLetsConsumersDrain(t *testing.T) {
+	dir := t.TempDir()
+	const reserve = 64 << 10
+	var free atomic.Uint64
+	free.Store(1 << 30)
+	b := openBroker(t, Options{Dir: dir, DiskReserve: reserve, DiskCheck: 5 * time.Millisecond,
+		DiskFree: func() (uint64, error) { return free.Load(), nil }})
+	defer b.Close()
+	reservePath := b.Disk().ReservePath
+	if st, err := os.Stat(reservePath); err != nil || st.Size() != reserve {
+		t.Fatalf("the reserve at the start: %v %v", st, err)
+	}
+	e, err := b.CreateQueue("q", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		sendSync(t, e, projection.Message{MessageID: fmt.Sprint("m", i), Body: []byte("x")})
+	}
+	r, ch := peekLock(t, e, event.MainQueue, 1)
+	held := nextDelivery(t, ch)
+	r.Detach(nil)
+
+	free.Store(reserve / 2)
+	waitDisk(t, b, true)
+	if _, err := os.Stat(reservePath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the reserve is still there when low: %v", err)
+	}
+	sendErr := make(chan error, 1)
+	e.Send(event.MainQueue, []projection.Message{{MessageID: "refused", Body: []byte("x")}}, func(err error) { sendErr <- err })
+	if err := <-sendErr; !errors.Is(err, ErrDiskLow) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a send while low: %v", err)
+	}
+	schedErr := make(chan error, 1)
+	e.Schedule(event.MainQueue, []projection.Message{{MessageID: "later", Body: []byte("x")}}, func(_ []uint64, err error) { schedErr <- err })
+	if err := <-schedErr; !errors.Is(err, ErrDiskLow) {
+		t.Fatalf("a schedule while low: %v", err)
+	}
+	if st := b.Disk(); !st.Low || st.ReserveHeld || st.Reason == "" {
+		t.Fatalf("state while low: %+v", st)
+	}
+	// Consumers go on: the held lock completes, the rest drains.
+	settleSync(t, e, held, Settlement{Outcome: projection.Complete})
+	if ids := peekIDs(t, e, event.MainQueue); len(ids) != 4 {
+		t.Fatalf("peek while low: %v", ids)
+	}
+	for range 4 {
+		takeOne(t, e, event.MainQueue)
+	}
+	if ids := peekIDs(t, e, event.MainQueue); len(ids) != 0 {
+		t.Fatalf("left after draining: %v", ids)
+	}
+
+	// Twice the reserve is not enough to take it back; three times is.
+	free.Store(2 * reserve)
+	time.Sleep(50 * time.Millisecond)
+	if !b.Disk().Low {
+		t.Fatal("the disk left the low state with only twice the reserve free")
+	}
+	free.Store(3 * reserve)
+	waitDisk(t, b, false)
+	if st, err := os.Stat(reservePath); err != nil || st.Size() != reserve {
+		t.Fatalf("the reserve after space returned: %v %v", st, err)
+	}
+	sendSync(t, e, projection.Message{MessageID: "after", Body: []byte("x")})
+}
+
+// A write that fails for space makes the disk low at once, whatever the
+// last check said: the entity recovers, and from then on new messages are
+// refused before they reach the log instead of failing it again.
+func TestWriteFailingForSpaceMakesTheDiskLow(t *testing.T) {
+	var full atomic.Bool
+	var free atomic.Uint64
+	free.Store(1 << 30)
+	b := openBroker(t, Options{Dir: t.TempDir(), DiskReserve: 64 << 10, DiskCheck: time.Hour,
+		DiskFree: func() (uint64, error) { return free.Load(), nil },
+		Fault: func(entity, op string) error {
+			if entity == "q" && full.Load() {
+				return fmt.Errorf("%s: %w", op, syscall.ENOSPC)
+			}
+			return nil
+		}})
+	defer b.Close()
+	e, err := b.CreateQueue("q", projection.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendSync(t, e, projection.Message{MessageID: "before", Body: []byte("x")})
+	// The disk fills between two checks (an hour apart here).
+	free.Store(1 << 10)
+	full.Store(true)
+	ch := make(chan error, 1)
+	e.Send(event.MainQueue, []projection.Message{{MessageID: "fails", Body: []byte("x")}}, func(err error) { ch <- err })
+	if err := <-ch; !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("the failing send: %v", err)
+	}
+	waitDisk(t, b, true) // the entity fails (and says so) right after the send's answer
+	full.Store(false)
+	// The entity comes back (its recovery reopens the log); sends are
+	// refused by the low state, without touching the log.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		e.Send(event.MainQueue, []projection.Message{{MessageID: "probe", Body: []byte("x")}}, func(err error) { ch <- err })
+		err := <-ch
+		if errors.Is(err, ErrDiskLow) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sends are not refused by the low state: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ids := peekIDs(t, e, event.MainQueue); fmt.Sprint(ids) != "[before]" {
+		t.Fatalf("the queue holds %v", ids)
+	}
+}
+
+func waitDisk(t *testing.T, b *Broker, low bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Disk().Low != low {
+		if time.Now().After(deadline) {
+			t.Fatalf("the disk's low state did not become %v: %+v", low, b.Disk())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -347,6 +347,7 @@ func (e *Entity) fail(err error) {
 	if e.failed == nil {
 		e.failed = fmt.Errorf("entity %s: %w", e.name, err)
 		e.b.logger.Error("entity failed; reopening it", "entity", e.name, "err", err)
+		e.b.writeFailed(err)
 		for r := range e.receivers {
 			r.fail(e.failed)
 		}

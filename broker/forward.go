@@ -399,6 +399,10 @@ func (e *Entity) forwardFailed(f *forwardState, err error) {
 // with the arrival's own duplicate detection (see Send.Forward), that of
 // the entities on the chain does not apply to it.
 func (e *Entity) sendForwarded(msg projection.Message, fw *projection.Forward, done func(error)) {
+	if err := e.b.refuseNew(); err != nil {
+		done(err) // the forwarder tries again later
+		return
+	}
 	msgs := []projection.Message{msg}
 	t, hops, _, err := e.forwardTarget(event.MainQueue, msgs)
 	if err != nil {

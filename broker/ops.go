@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -17,7 +18,7 @@ import (
 // goroutine and must not block.
 func (e *Entity) Send(queue uint32, msgs []projection.Message, done func(error)) {
 	e.touch(queue)
-	if err := e.sendable(); err != nil {
+	if err := cmp.Or(e.sendable(), e.b.refuseNew()); err != nil {
 		done(err)
 		return
 	}
@@ -100,6 +101,10 @@ func (e *Entity) filterMessage(body []byte) *FilterMessage {
 // dropped by duplicate detection have none.
 func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]uint64, error)) {
 	e.touch(queue)
+	if err := e.b.refuseNew(); err != nil {
+		done(nil, err)
+		return
+	}
 	t, hops, via, err := e.forwardTarget(queue, msgs)
 	if err != nil {
 		done(nil, err)

@@ -22,6 +22,9 @@ func (e *Entity) load(rec *EntityRecovery) error {
 	}
 	l, rep, err := log.Open(layout.LogDir(e.dir), b.logOptions(e.name, func(s log.CommitStats) {
 		wake()
+		if g := b.diskGuard(); g != nil {
+			g.wrote(s.Bytes)
+		}
 		if b.opts.OnCommit != nil {
 			b.opts.OnCommit(e.name, s)
 		}

@@ -5,6 +5,7 @@
 //	DATA/entities/ID/log/          an entity's log (ID: its EntityCreated index, see DirName)
 //	DATA/entities/ID/snapshots/    its snapshots
 //	DATA/entities/ID/archive/      records compaction moved out of its log
+//	DATA/reserve                   the emergency disk reserve, zeros (broker/disk.go)
 package layout
 
 import (
@@ -20,6 +21,7 @@ const (
 	Log       = "log"
 	Snapshots = "snapshots"
 	Archive   = "archive"
+	Reserve   = "reserve"
 )
 
 // NamespaceDir is the namespace log's directory in data.

@@ -82,7 +82,9 @@ func (p *proc) start() {
 	p.mu.Lock()
 	from := p.log.Len()
 	p.mu.Unlock()
-	args := append([]string{"serve", "--data", p.dir, "--amqp", p.amqp, "--http", p.http}, p.args...)
+	// A small disk reserve: each test's broker writes it (a test's own
+	// --disk-reserve, later in args, wins).
+	args := append([]string{"serve", "--data", p.dir, "--amqp", p.amqp, "--http", p.http, "--disk-reserve", "1MiB"}, p.args...)
 	p.cmd = exec.Command(walbusBin, args...)
 	p.cmd.Env = append(os.Environ(), p.env...)
 	p.cmd.Stderr = writerFunc(func(b []byte) (int, error) {

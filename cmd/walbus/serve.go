@@ -46,6 +46,7 @@ type serveOptions struct {
 	maxFrameSize, maxMessageSize                                 int
 	segmentSize, cacheSize, compactBytes, snapshotEvery          int
 	autoDeleteScale                                              int
+	diskReserve                                                  int
 	procs                                                        int // 0: the runtime's default
 	authTimeout                                                  time.Duration
 	sessionWait                                                  time.Duration
@@ -106,6 +107,8 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	o.segmentSize, o.cacheSize, o.compactBytes = log.DefaultSegmentSize, 8<<20, 64<<20
 	fs.Var(byteSize{&o.cacheSize}, "cache-size", "each queue's budget for recent messages kept in memory, e.g. 8MiB (older ones are read from the log)")
 	fs.Var(byteSize{&o.segmentSize}, "segment-size", "size at which a log segment file is closed and the next begins, e.g. 4MiB")
+	o.diskReserve = broker.DefaultDiskReserve
+	fs.Var(byteSize{&o.diskReserve}, "disk-reserve", "emergency disk space kept in a file in --data: when free space falls under it, or a write fails for space, the file goes, new messages are refused and receives, settlements and deletes go on; at three times it free again the file comes back and sends are taken; 0 no reserve")
 	fs.Var(byteSize{&o.compactBytes}, "compact-bytes", "compact an entity's log while serving once its old messages (dead-lettered, deferred, held by an unread subscription) keep at least this much log that would otherwise go, and twice what they take: they move to an archive and the log is cut; 0 never")
 	fs.IntVar(&o.autoDeleteScale, "test-auto-delete-scale", 1, "for tests only: divide every AutoDeleteOnIdle by this, so that Service Bus's 5-minute minimum takes seconds")
 	fs.IntVar(&o.snapshotEvery, "snapshot-every", 200_000, "events between an entity's snapshots (one is also taken after 256MiB of log)")
@@ -386,7 +389,7 @@ func serve(args []string) int {
 	var release memoryReleaser
 	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, CacheBytes: int64(o.cacheSize), Logger: logger,
 		Repair: o.repair, IdleCheckpoint: cmp.Or(o.idleCheckpoint, -1), CompactBytes: cmp.Or(int64(o.compactBytes), -1),
-		SnapshotEvery: o.snapshotEvery, AutoDeleteScale: o.autoDeleteScale,
+		SnapshotEvery: o.snapshotEvery, AutoDeleteScale: o.autoDeleteScale, DiskReserve: int64(o.diskReserve),
 		NewBracket: amqpserver.NewBracket, FilterMessage: amqpserver.FilterMessage,
 		OnCommit: func(entity string, s log.CommitStats) {
 			release.touch()
@@ -404,6 +407,12 @@ func serve(args []string) int {
 	}
 	metrics.ObserveRecovery(rec)
 	metrics.SetBroker(b)
+	health.SetDegraded(func() string {
+		if d := b.Disk(); d.Low {
+			return "disk low: new messages are refused (" + d.Reason + ")"
+		}
+		return ""
+	})
 	logger.Info("recovered", "entities", len(rec.Entities), "took", rec.Took, "data", o.data, "sync", policy.String())
 	if o.config != "" {
 		if err := applyConfig(b, o.config, o.limits.MaxMessageSize, logger); err != nil {
