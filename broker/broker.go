@@ -12,6 +12,8 @@
 package broker
 
 import (
+	"cmp"
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
@@ -22,6 +24,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -191,6 +194,9 @@ type EntityRecovery struct {
 	Took     time.Duration
 }
 
+// maxRecoveryLines is how many entities' recoveries a start logs at info.
+const maxRecoveryLines = 20
+
 // Open opens (or creates) the broker in opts.Dir and recovers every entity:
 // its newest valid snapshot, then its log after it.
 func Open(opts Options) (*Broker, Recovery, error) {
@@ -212,7 +218,8 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		b.logger.Warn("namespace log tail repaired", "repair", rep.Repair.String())
 	}
 	b.ns, b.nsLast = ns, ns.LastIndex()
-	specs := map[uint64]string{} // live entity ids -> name
+	specs := map[uint64]string{}  // live entity ids -> name
+	byName := map[string]uint64{} // lower-case name -> live id
 	cfgs := map[uint64]entitySpec{}
 	times := map[uint64][2]int64{} // created, updated (unix ns)
 	err = ns.Scan(1, func(ev *event.Event) error {
@@ -224,9 +231,10 @@ func Open(opts Options) (*Broker, Recovery, error) {
 			}
 			id := ev.Index
 			if ev.Type == event.EntityUpdated {
-				id = idOf(specs, ev.Name)
+				id = byName[strings.ToLower(ev.Name)]
 			}
 			specs[id], cfgs[id] = ev.Name, spec
+			byName[strings.ToLower(ev.Name)] = id
 			t := times[id]
 			if ev.Type == event.EntityCreated {
 				t[0] = ev.Time
@@ -234,9 +242,10 @@ func Open(opts Options) (*Broker, Recovery, error) {
 			t[1] = ev.Time
 			times[id] = t
 		case event.EntityDeleted:
-			id := idOf(specs, ev.Name)
+			id := byName[strings.ToLower(ev.Name)]
 			delete(specs, id)
 			delete(cfgs, id)
+			delete(byName, strings.ToLower(ev.Name))
 		}
 		return nil
 	})
@@ -257,13 +266,37 @@ func Open(opts Options) (*Broker, Recovery, error) {
 			}
 		}
 	})
-	for _, id := range ids {
-		cfg := cfgs[id].Config
-		e, er, err := b.openEntity(specs[id], id, cfg)
-		if err != nil {
-			b.Close()
-			return nil, rec, err
+	// Entities open side by side: each reads its own directory, and with
+	// thousands of them one at a time the start is mostly waiting.
+	type opened struct {
+		e   *Entity
+		rec EntityRecovery
+		err error
+	}
+	results := make([]opened, len(ids))
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range min(len(ids), max(8, 4*runtime.GOMAXPROCS(0))) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(ids); i = int(next.Add(1) - 1) {
+				id := ids[i]
+				r := &results[i]
+				r.e, r.rec, r.err = b.openEntity(specs[id], id, cfgs[id].Config)
+			}
+		}()
+	}
+	wg.Wait()
+	var openErr error
+	var summary struct{ snapshots, replayed, repaired, logged int }
+	for i, id := range ids {
+		r := results[i]
+		if r.err != nil {
+			openErr = cmp.Or(openErr, r.err)
+			continue
 		}
+		e, er := r.e, r.rec
 		rec.Entities = append(rec.Entities, er)
 		e.created.Store(times[id][0])
 		e.updated.Store(times[id][1])
@@ -271,9 +304,30 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		if cfg := e.cfg.Load(); cfg != nil && ignoredForwarding(*cfg) {
 			b.logger.Warn("queue requires sessions; its ForwardTo is ignored", "entity", e.name, "forward_to", cfg.ForwardTo)
 		}
-		b.logger.Info("entity recovered", "entity", er.Name, "snapshot", er.Snapshot, "replayed", er.Replayed,
-			"took", er.Took, "tail_repair", er.Repair.String())
+		if er.Snapshot > 0 {
+			summary.snapshots++
+		}
+		summary.replayed += er.Replayed
+		if er.Repair.Bytes > 0 {
+			summary.repaired++
+		}
+		// Entities whose recovery replayed or repaired something are
+		// logged, the first few at info; the others, and the rest, at
+		// debug: a start with thousands of entities takes a few lines.
+		level := slog.LevelDebug
+		if (er.Replayed > 0 || er.Repair.Bytes > 0) && summary.logged < maxRecoveryLines {
+			level = slog.LevelInfo
+			summary.logged++
+		}
+		b.logger.Log(context.Background(), level, "entity recovered", "entity", er.Name, "snapshot", er.Snapshot,
+			"replayed", er.Replayed, "took", er.Took, "tail_repair", er.Repair.String())
 	}
+	if openErr != nil {
+		b.Close() // the entities that opened
+		return nil, rec, openErr
+	}
+	b.logger.Info("entities recovered", "entities", len(rec.Entities), "from_snapshots", summary.snapshots,
+		"records_replayed", summary.replayed, "tails_repaired", summary.repaired)
 	// Work that was under way at the crash or shutdown (a dead-letter
 	// forward) resumes once every entity is open: wake each actor.
 	for _, e := range b.entities {
@@ -285,15 +339,6 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	b.disk.Store(disk)
 	go b.runAutoDelete()
 	return b, rec, nil
-}
-
-func idOf(specs map[uint64]string, name string) uint64 {
-	for id, n := range specs {
-		if strings.EqualFold(n, name) {
-			return id
-		}
-	}
-	return 0
 }
 
 // removeOrphans deletes entity directories the namespace no longer lists: a

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
 )
 
@@ -101,13 +102,37 @@ func TestOperatorLogsFromEnvironment(t *testing.T) {
 		t.Fatalf("connection closed lines %v; want one with peer %s and a reason", closed, local)
 	}
 
-	// The next start recovers the entity and says what it replayed.
+	// The next start recovers the entity from the snapshot the shutdown
+	// wrote: nothing to replay, so no line of its own at info, and one
+	// line sums the entities up.
 	first := len(lines)
 	p.start()
 	lines = jsonLines(t, p)[first:]
+	if rec := find(lines, "entity recovered"); len(rec) != 0 {
+		t.Fatalf("entity recovered lines %v after a clean shutdown", rec)
+	}
+	sum := find(lines, "entities recovered")
+	if len(sum) != 1 || sum[0]["entities"] != 1.0 || sum[0]["from_snapshots"] != 1.0 || sum[0]["records_replayed"] != 0.0 {
+		t.Fatalf("entities recovered lines %v", sum)
+	}
+
+	// After a crash the entity replays its log, and says so.
+	client := p.sdkClient()
+	sender, err := client.NewSender("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sender.SendMessage(context.Background(), &azservicebus.Message{Body: []byte("y")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	client.Close(context.Background())
+	first = len(jsonLines(t, p))
+	p.kill()
+	p.start()
+	lines = jsonLines(t, p)[first:]
 	rec := find(lines, "entity recovered")
-	if len(rec) != 1 || rec[0].str("entity") != "orders" || rec[0]["replayed"] == nil {
-		t.Fatalf("entity recovered lines %v", rec)
+	if len(rec) != 1 || rec[0].str("entity") != "orders" || rec[0]["replayed"] == nil || rec[0]["replayed"] == 0.0 {
+		t.Fatalf("entity recovered lines %v after a crash", rec)
 	}
 	if r := find(lines, "recovered"); len(r) != 1 || r[0]["took"] == nil || r[0].str("sync") != "always" {
 		t.Fatalf("recovered lines %v", r)
