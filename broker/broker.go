@@ -71,10 +71,15 @@ type Options struct {
 	// those messages take, they are moved to an archive and the segments
 	// dropped. Default 64 MiB; negative: never.
 	CompactBytes int64
-	// CacheBytes is each entity's budget for message records kept in memory
-	// (default 8 MiB): messages delivered soon after they were sent are
-	// served from it, older ones are read from the log.
+	// CacheBytes is each entity's own cap on the message records it keeps
+	// in memory (default 8 MiB; negative: none but MemoryBudget): messages
+	// delivered soon after they were sent are served from it, older ones are
+	// read from the log.
 	CacheBytes int64
+	// MemoryBudget caps the records all entities keep in memory together
+	// (budget.go): the least recently used go first, an entity's next
+	// deliveries last. 0: no cap but each entity's CacheBytes.
+	MemoryBudget int64
 	// Seed, if not 0, makes lock tokens reproducible (tests only).
 	Seed uint64
 	// OnCommit, if set, is told about every group commit of every entity
@@ -140,7 +145,7 @@ func (o Options) withDefaults() Options {
 	if o.CompactBytes == 0 {
 		o.CompactBytes = 64 << 20
 	}
-	if o.CacheBytes <= 0 {
+	if o.CacheBytes == 0 {
 		o.CacheBytes = 8 << 20
 	}
 	if o.DiskCheck <= 0 {
@@ -163,6 +168,7 @@ type Broker struct {
 	closed   bool
 	quit     chan struct{}             // closed at shutdown
 	disk     atomic.Pointer[diskGuard] // set once recovery is done
+	mem      memoryBudget
 }
 
 // Errors about entities.
@@ -203,6 +209,7 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	start := time.Now()
 	opts = opts.withDefaults()
 	b := &Broker{opts: opts, clock: opts.Clock, logger: opts.Logger, entities: make(map[string]*Entity), quit: make(chan struct{})}
+	b.initBudget()
 	var rec Recovery
 	lock, err := log.LockDir(opts.Dir)
 	if err != nil {
@@ -338,6 +345,7 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	disk.start()
 	b.disk.Store(disk)
 	go b.runAutoDelete()
+	go b.runTrimmer()
 	return b, rec, nil
 }
 

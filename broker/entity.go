@@ -56,6 +56,7 @@ type Entity struct {
 	st        *projection.Entity
 	durable   uint64 // index the log reports durable; messages above are not handed out
 	cache     *bodyCache
+	mem       cacheAccount
 	window    log.Window // the log read last, for messages delivered in order
 	credit    creditQueue
 	receivers map[*Receiver]struct{}
@@ -207,7 +208,7 @@ func (e *Entity) settleDown() {
 	}
 	if e.failed == nil {
 		e.durable = e.log.DurableIndex()
-		e.cache.evict(e.durable)
+		e.trimCache()
 		e.retryWaiters()
 		e.dispatch()
 		e.forward()
@@ -664,6 +665,7 @@ func (e *Entity) finalSnapshot(done chan<- error) {
 // stop runs on the actor as it exits: receivers and waiters learn the
 // entity is gone.
 func (e *Entity) stop() {
+	e.releaseCache()
 	if e.timer != nil {
 		e.timer.Stop()
 	}

@@ -185,6 +185,24 @@ func (q *Queue) Peek(from uint64, max int, limit uint64) []uint64 {
 	return out
 }
 
+// WalkAvailable calls visit with the queue's available messages in the
+// order receivers take them (SequenceNumber order; a session receiver
+// takes its session's in that order too) until visit returns false. visit
+// says where to go on from: seq+1, or a later SequenceNumber to skip to.
+func (q *Queue) WalkAvailable(visit func(seq uint64) (from uint64, more bool)) {
+	it := q.available.Iterator()
+	for it.HasNext() {
+		seq := it.Next()
+		from, more := visit(seq)
+		if !more {
+			return
+		}
+		if from > seq+1 {
+			it.AdvanceIfNeeded(from)
+		}
+	}
+}
+
 // Sessions returns the session table, nil when the queue has no sessions.
 func (q *Queue) Sessions() *index.Sessions { return q.sessions }
 

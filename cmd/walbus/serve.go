@@ -47,6 +47,7 @@ type serveOptions struct {
 	segmentSize, cacheSize, compactBytes, snapshotEvery          int
 	autoDeleteScale                                              int
 	diskReserve                                                  int
+	memoryBudget                                                 int
 	procs                                                        int // 0: the runtime's default
 	authTimeout                                                  time.Duration
 	sessionWait                                                  time.Duration
@@ -105,7 +106,9 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.IntVar(&o.limits.MaxLinksPerSession, "max-links", 1024, "most links per session (handle-max + 1)")
 	fs.Var(byteSize{&o.maxFrameSize}, "max-frame-size", "largest AMQP frame, e.g. 256KiB")
 	o.segmentSize, o.cacheSize, o.compactBytes = log.DefaultSegmentSize, 8<<20, 64<<20
-	fs.Var(byteSize{&o.cacheSize}, "cache-size", "each queue's budget for recent messages kept in memory, e.g. 8MiB (older ones are read from the log)")
+	fs.Var(byteSize{&o.cacheSize}, "cache-size", "each queue's own cap on recent messages kept in memory, e.g. 8MiB (older ones are read from the log); 0 none but --memory-budget")
+	o.memoryBudget = defaultMemoryBudget()
+	fs.Var(byteSize{&o.memoryBudget}, "memory-budget", "recent messages kept in memory by all queues together, e.g. 512MiB (least recently used go first, each queue's next deliveries last); the Go runtime's memory limit is set from it (GOMEMLIMIT wins) so that resident memory stays under twice it plus 256MiB; 0 no budget and no limit; default a quarter of the machine's memory, at most 512MiB")
 	fs.Var(byteSize{&o.segmentSize}, "segment-size", "size at which a log segment file is closed and the next begins, e.g. 4MiB")
 	o.diskReserve = broker.DefaultDiskReserve
 	fs.Var(byteSize{&o.diskReserve}, "disk-reserve", "emergency disk space kept in a file in --data: when free space falls under it, or a write fails for space, the file goes, new messages are refused and receives, settlements and deletes go on; at three times it free again the file comes back and sends are taken; 0 no reserve")
@@ -321,6 +324,7 @@ func serve(args []string) int {
 		return 2
 	}
 	tuneGC()
+	memLimit := limitMemory(o.memoryBudget)
 	level, _ := parseLevel(o.logLevel)
 	var handler slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})
 	if o.logFormat == "json" {
@@ -387,10 +391,10 @@ func serve(args []string) int {
 
 	policy, _ := log.ParseSyncPolicy(o.sync)
 	var release memoryReleaser
-	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, CacheBytes: int64(o.cacheSize), Logger: logger,
+	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, CacheBytes: cmp.Or(int64(o.cacheSize), -1), Logger: logger,
 		Repair: o.repair, IdleCheckpoint: cmp.Or(o.idleCheckpoint, -1), CompactBytes: cmp.Or(int64(o.compactBytes), -1),
 		SnapshotEvery: o.snapshotEvery, AutoDeleteScale: o.autoDeleteScale, DiskReserve: int64(o.diskReserve),
-		NewBracket: amqpserver.NewBracket, FilterMessage: amqpserver.FilterMessage,
+		MemoryBudget: int64(o.memoryBudget), NewBracket: amqpserver.NewBracket, FilterMessage: amqpserver.FilterMessage,
 		OnCommit: func(entity string, s log.CommitStats) {
 			release.touch()
 			metrics.ObserveCommit(entity, s)
@@ -407,6 +411,7 @@ func serve(args []string) int {
 	}
 	metrics.ObserveRecovery(rec)
 	metrics.SetBroker(b)
+	metrics.SetCacheStats(b.CacheStats)
 	health.SetDegraded(func() string {
 		if d := b.Disk(); d.Low {
 			return "disk low: new messages are refused (" + d.Reason + ")"
@@ -414,6 +419,7 @@ func serve(args []string) int {
 		return ""
 	})
 	logger.Info("recovered", "entities", len(rec.Entities), "took", rec.Took, "data", o.data, "sync", policy.String())
+	logger.Info("memory budget", "budget", byteSize{&o.memoryBudget}.String(), "go_memory_limit", memoryLimitText(memLimit))
 	if o.config != "" {
 		if err := applyConfig(b, o.config, o.limits.MaxMessageSize, logger); err != nil {
 			logger.Error("bad config", "err", err)
