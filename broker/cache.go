@@ -68,6 +68,18 @@ func (c *bodyCache) find(index uint64) *event.Event {
 // search finds where index is or would go: the first block whose last
 // slot is not below it, and the position in that block.
 func (c *bodyCache) search(index uint64) (*cacheBlock, int, bool) {
+	k, i := c.locate(index)
+	if k == len(c.blocks) {
+		return nil, 0, false
+	}
+	b := c.blocks[k]
+	return b, i, i < len(b.recs) && b.recs[i].Index == index
+}
+
+// locate returns the first block whose last slot is not below index (k is
+// len(c.blocks) if there is none) and the first slot from its head that is
+// not below index.
+func (c *bodyCache) locate(index uint64) (k, i int) {
 	lo, hi := 0, len(c.blocks)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -78,19 +90,19 @@ func (c *bodyCache) search(index uint64) (*cacheBlock, int, bool) {
 		}
 	}
 	if lo == len(c.blocks) {
-		return nil, 0, false
+		return lo, 0
 	}
 	b := c.blocks[lo]
-	lo, hi = b.head, len(b.recs)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
+	i, hi = b.head, len(b.recs)
+	for i < hi {
+		m := int(uint(i+hi) >> 1)
 		if b.recs[m].Index < index {
-			lo = m + 1
+			i = m + 1
 		} else {
 			hi = m
 		}
 	}
-	return b, lo, lo < len(b.recs) && b.recs[lo].Index == index
+	return lo, i
 }
 
 // add keeps ev. Its byte slices must not be modified afterwards.
@@ -154,29 +166,10 @@ func (c *bodyCache) remove(index uint64) {
 // seek returns the place (block k, slot i) of the first record held at
 // index or after it; k is len(c.blocks) if there is none.
 func (c *bodyCache) seek(index uint64) (k, i int) {
-	lo, hi := 0, len(c.blocks)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if b := c.blocks[m]; b.recs[len(b.recs)-1].Index < index {
-			lo = m + 1
-		} else {
-			hi = m
-		}
+	if k, i = c.locate(index); k == len(c.blocks) {
+		return k, 0
 	}
-	if lo == len(c.blocks) {
-		return lo, 0
-	}
-	b := c.blocks[lo]
-	i, hi = b.head, len(b.recs)
-	for i < hi {
-		m := int(uint(i+hi) >> 1)
-		if b.recs[m].Index < index {
-			i = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return c.held(lo, i)
+	return c.held(k, i)
 }
 
 // held returns the place of the first record held at block k, slot i or

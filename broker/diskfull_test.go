@@ -17,12 +17,7 @@ import (
 // is lost, and the entity comes back by itself once writes work again.
 func TestDiskFullThenSpaceReturns(t *testing.T) {
 	var full atomic.Bool
-	b := openBroker(t, Options{Dir: t.TempDir(), Fault: func(entity, op string) error {
-		if entity == "q" && full.Load() {
-			return fmt.Errorf("%s: %w", op, syscall.ENOSPC)
-		}
-		return nil
-	}})
+	b := openBroker(t, Options{Dir: t.TempDir(), Fault: spaceFault(&full)})
 	defer b.Close()
 	e, err := b.CreateQueue("q", projection.DefaultConfig())
 	if err != nil {
@@ -219,13 +214,7 @@ func TestWriteFailingForSpaceMakesTheDiskLow(t *testing.T) {
 	var free atomic.Uint64
 	free.Store(1 << 30)
 	b := openBroker(t, Options{Dir: t.TempDir(), DiskReserve: 64 << 10, DiskCheck: time.Hour,
-		DiskFree: func() (uint64, error) { return free.Load(), nil },
-		Fault: func(entity, op string) error {
-			if entity == "q" && full.Load() {
-				return fmt.Errorf("%s: %w", op, syscall.ENOSPC)
-			}
-			return nil
-		}})
+		DiskFree: func() (uint64, error) { return free.Load(), nil }, Fault: spaceFault(&full)})
 	defer b.Close()
 	e, err := b.CreateQueue("q", projection.DefaultConfig())
 	if err != nil {
@@ -269,5 +258,15 @@ func waitDisk(t *testing.T, b *Broker, low bool) {
 			t.Fatalf("the disk's low state did not become %v: %+v", low, b.Disk())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// spaceFault fails queue q's writes for space while full is set.
+func spaceFault(full *atomic.Bool) func(entity, op string) error {
+	return func(entity, op string) error {
+		if entity == "q" && full.Load() {
+			return fmt.Errorf("%s: %w", op, syscall.ENOSPC)
+		}
+		return nil
 	}
 }
