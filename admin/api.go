@@ -275,6 +275,9 @@ func (a *API) entity(w http.ResponseWriter, r *http.Request, name string) {
 			a.brokerError(w, r, err)
 			return
 		}
+		if !update {
+			a.logger.Info("entity created", "entity", name, "kind", kindName(topic))
+		}
 		a.replyEntity(w, r, name, created(update))
 	case http.MethodDelete:
 		if err := a.b.DeleteEntity(name); err != nil {

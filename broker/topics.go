@@ -355,7 +355,9 @@ func (b *Broker) create(name, kind string, cfg Config) (*Entity, error) {
 	e.created.Store(now)
 	e.updated.Store(now)
 	b.entities[strings.ToLower(name)] = e
-	b.logger.Info("entity created", "entity", name, "kind", kind)
+	// Callers say it at info: the administration API for each entity, a
+	// start from Config.json in a few lines.
+	b.logger.Debug("entity created", "entity", name, "kind", kind)
 	return e, nil
 }
 

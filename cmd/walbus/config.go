@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,12 +27,18 @@ func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Log
 	if err != nil {
 		return err
 	}
+	made := &creations{logger: logger}
+	defer func() {
+		if made.n > 0 {
+			logger.Info("config applied", "file", path, "entities_created", made.n)
+		}
+	}()
 	for _, ns := range f.Namespaces {
 		// Topics first and their subscriptions last: queues may forward
 		// to topics, subscriptions to queues and topics.
 		topics := make([]*broker.Entity, len(ns.Topics))
 		for i, t := range ns.Topics {
-			if topics[i], err = applyTopic(b, t, linkMax, logger); err != nil {
+			if topics[i], err = applyTopic(b, t, linkMax, made, logger); err != nil {
 				return fmt.Errorf("%s: topic %s: %w", path, t.Name, err)
 			}
 		}
@@ -42,6 +49,8 @@ func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Log
 		for _, q := range queues {
 			e, err := b.CreateQueue(q.Name, q.Config())
 			switch {
+			case err == nil:
+				made.created("queue", q.Name)
 			case errors.Is(err, broker.ErrEntityExists):
 				if e, err = updateQueue(b, q, logger); err != nil {
 					return fmt.Errorf("%s: queue %s: %w", path, q.Name, err)
@@ -65,10 +74,33 @@ func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Log
 	return nil
 }
 
+// creations logs the entities a Config.json creates: the first few at
+// info, one by one, the rest at debug, and then their number, so that a
+// file of thousands of queues takes a few lines.
+type creations struct {
+	logger *slog.Logger
+	n      int
+}
+
+// maxCreationLines is how many creations are logged at info one by one.
+const maxCreationLines = 20
+
+func (c *creations) created(kind, name string) {
+	level := slog.LevelDebug
+	if c.n < maxCreationLines {
+		level = slog.LevelInfo
+	}
+	c.n++
+	c.logger.Log(context.Background(), level, "entity created", "entity", name, "kind", kind)
+}
+
 // applyTopic creates a topic the file lists, or gives an existing one the
 // file's settings.
-func applyTopic(b *broker.Broker, t emuconfig.Topic, linkMax uint64, logger *slog.Logger) (*broker.Entity, error) {
+func applyTopic(b *broker.Broker, t emuconfig.Topic, linkMax uint64, made *creations, logger *slog.Logger) (*broker.Entity, error) {
 	e, err := b.CreateTopic(t.Name, t.Config())
+	if err == nil {
+		made.created("topic", t.Name)
+	}
 	if errors.Is(err, broker.ErrEntityExists) {
 		if e, err = b.Entity(t.Name); err != nil {
 			return nil, err
