@@ -118,11 +118,19 @@ func prepare(walbus, run string, verbose bool) error {
 	if err := samePin("go.mod", filepath.Join("..", "..", "..", "go.mod")); err != nil {
 		return err
 	}
+	// The module's directory in the cache (downloaded first: go list -m
+	// names no directory for a module not downloaded yet).
+	if out, err := exec.Command("go", "mod", "download", sdkModule).CombinedOutput(); err != nil {
+		return fmt.Errorf("go mod download %s: %v: %s", sdkModule, err, out)
+	}
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", sdkModule).Output()
 	if err != nil {
 		return fmt.Errorf("go list -m %s: %w", sdkModule, err)
 	}
 	modDir := strings.TrimSpace(string(out))
+	if modDir == "" {
+		return fmt.Errorf("go list -m %s names no directory", sdkModule)
+	}
 	work, err := os.MkdirTemp("", "walbus-gosdk-")
 	if err != nil {
 		return err
