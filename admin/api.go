@@ -115,13 +115,7 @@ func (a *API) authenticate(r *http.Request) (sas.Key, error) {
 // As the service does, a queue or topic that does not exist is reported
 // missing even so.
 func (a *API) refuse(w http.ResponseWriter, r *http.Request, segs []string, key sas.Key) {
-	sub := -1
-	for i := 1; i < len(segs); i++ {
-		if strings.EqualFold(segs[i], "Subscriptions") {
-			sub = i
-			break
-		}
-	}
+	sub := subscriptionsAt(segs)
 	var detail string
 	switch {
 	case sub >= 0:
@@ -163,15 +157,20 @@ func operationName(method string, rest []string) string {
 	}
 }
 
-// entityRequest serves the paths below an entity's name.
-func (a *API) entityRequest(w http.ResponseWriter, r *http.Request, segs []string) {
-	at := -1
+// subscriptionsAt is where a path's "Subscriptions" segment is (after a
+// topic's name), -1 for none.
+func subscriptionsAt(segs []string) int {
 	for i := 1; i < len(segs); i++ {
 		if strings.EqualFold(segs[i], "Subscriptions") {
-			at = i
-			break
+			return i
 		}
 	}
+	return -1
+}
+
+// entityRequest serves the paths below an entity's name.
+func (a *API) entityRequest(w http.ResponseWriter, r *http.Request, segs []string) {
+	at := subscriptionsAt(segs)
 	if at < 0 {
 		a.entity(w, r, strings.Join(segs, "/"))
 		return
@@ -672,14 +671,23 @@ func ruleInfo(e *broker.Entity, sub string, spec projection.RuleSpec) atom.Info 
 		Created: at, Updated: at, Accessed: at}
 }
 
-func (a *API) listRules(w http.ResponseWriter, r *http.Request, topic, sub string) {
+// subscriptionOf finds a topic's subscription for its rules' paths.
+func (a *API) subscriptionOf(w http.ResponseWriter, r *http.Request, topic, sub string) (*broker.Entity, broker.SubscriptionInfo, bool) {
 	e, ok := a.topic(w, r, topic)
 	if !ok {
-		return
+		return nil, broker.SubscriptionInfo{}, false
 	}
 	s, err := findSubscription(e, sub)
 	if err != nil {
 		a.brokerError(w, r, err)
+		return nil, broker.SubscriptionInfo{}, false
+	}
+	return e, s, true
+}
+
+func (a *API) listRules(w http.ResponseWriter, r *http.Request, topic, sub string) {
+	e, s, ok := a.subscriptionOf(w, r, topic, sub)
+	if !ok {
 		return
 	}
 	skip, top, ok := a.paging(w, r)
@@ -695,13 +703,8 @@ func (a *API) listRules(w http.ResponseWriter, r *http.Request, topic, sub strin
 }
 
 func (a *API) rule(w http.ResponseWriter, r *http.Request, topic, sub, name string) {
-	e, ok := a.topic(w, r, topic)
+	e, s, ok := a.subscriptionOf(w, r, topic, sub)
 	if !ok {
-		return
-	}
-	s, err := findSubscription(e, sub)
-	if err != nil {
-		a.brokerError(w, r, err)
 		return
 	}
 	find := func() (projection.RuleSpec, error) {

@@ -55,13 +55,12 @@ type diskGuard struct {
 
 // DiskState is what the broker knows of its disk.
 type DiskState struct {
-	Low          bool   // new messages are refused
-	Reason       string // why, when Low
-	Free         uint64 // free bytes at the last check
-	Reserve      int64  // the reserve's size
-	ReserveHeld  bool   // the reserve file is in place
-	ReservePath  string // where it is
-	CheckedEvery time.Duration
+	Low         bool   // new messages are refused
+	Reason      string // why, when Low
+	Free        uint64 // free bytes at the last check
+	Reserve     int64  // the reserve's size
+	ReserveHeld bool   // the reserve file is in place
+	ReservePath string // where it is
 }
 
 func newDiskGuard(b *Broker) *diskGuard {
@@ -228,8 +227,7 @@ func freeBytes(dir string) (uint64, error) {
 func (g *diskGuard) state() DiskState {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	st := DiskState{Low: g.low.Load(), Free: g.lastFree, Reserve: g.size, ReserveHeld: g.held, ReservePath: g.path,
-		CheckedEvery: g.b.opts.DiskCheck}
+	st := DiskState{Low: g.low.Load(), Free: g.lastFree, Reserve: g.size, ReserveHeld: g.held, ReservePath: g.path}
 	if st.Low {
 		if r := g.reason.Load(); r != nil {
 			st.Reason = *r

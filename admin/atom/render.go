@@ -170,27 +170,28 @@ func (w *writer) entry(base string, info Info, top bool) {
 	w.open("content", "type", "application/xml")
 	// The namespace is declared on the description itself, where JS looks
 	// for it.
-	switch info.Kind {
-	case Queue:
-		w.open("QueueDescription", "xmlns", nsConnect, "xmlns:i", nsInstance)
-		w.queue(info)
-		w.close("QueueDescription")
-	case Topic:
-		w.open("TopicDescription", "xmlns", nsConnect, "xmlns:i", nsInstance)
-		w.topic(info)
-		w.close("TopicDescription")
-	case Subscription:
-		w.open("SubscriptionDescription", "xmlns", nsConnect, "xmlns:i", nsInstance)
-		w.subscription(info)
-		w.close("SubscriptionDescription")
-	case Rule:
-		w.open("RuleDescription", "xmlns", nsConnect, "xmlns:i", nsInstance)
-		w.rule(info.Rule, ruleName, info.Created)
-		w.close("RuleDescription")
+	if info.Kind > 0 && int(info.Kind) < len(descriptionTags) {
+		tag := descriptionTags[info.Kind]
+		w.open(tag, "xmlns", nsConnect, "xmlns:i", nsInstance)
+		switch info.Kind {
+		case Queue:
+			w.queue(info)
+		case Topic:
+			w.topic(info)
+		case Subscription:
+			w.subscription(info)
+		case Rule:
+			w.rule(info.Rule, ruleName, info.Created)
+		}
+		w.close(tag)
 	}
 	w.close("content")
 	w.close("entry")
 }
+
+// descriptionTags names each kind's description element.
+var descriptionTags = [...]string{Queue: "QueueDescription", Topic: "TopicDescription",
+	Subscription: "SubscriptionDescription", Rule: "RuleDescription"}
 
 // queue writes a QueueDescription's children in .NET's order, which Go's
 // models.go follows (clients read them in any order). Every element JS and

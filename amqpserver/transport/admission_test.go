@@ -73,25 +73,37 @@ func newAdmissionRig(t *testing.T, limits AdmissionLimits) *admissionRig {
 }
 
 // dial connects from source address from and reports whether the server
-// kept the connection (a refused one reads EOF at once).
+// kept the connection: it waits until the rig has admitted one more or the
+// admission has refused one more.
 func (r *admissionRig) dial(from string) (net.Conn, bool) {
 	r.t.Helper()
+	admitted, refused := len(r.conns()), r.refusedSoFar()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
 	c, err := d.Dial("tcp", r.ln.Addr().String())
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(func() { c.Close() })
-	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	_, err = c.Read(make([]byte, 1))
-	c.SetReadDeadline(time.Time{})
-	if err == io.EOF {
-		return c, false
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		switch {
+		case len(r.conns()) > admitted:
+			return c, true
+		case r.refusedSoFar() > refused:
+			return c, false
+		case time.Now().After(deadline):
+			r.t.Fatal("the connection was neither admitted nor refused")
+		}
+		time.Sleep(time.Millisecond)
 	}
-	if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
-		r.t.Fatalf("read on a kept connection: %v", err)
+}
+
+func (r *admissionRig) refusedSoFar() uint64 {
+	var n uint64
+	for _, v := range r.adm.Stats().Refused {
+		n += v
 	}
-	return c, true
+	return n
 }
 
 func (r *admissionRig) conns() []net.Conn {
@@ -172,7 +184,7 @@ func TestAdmissionWarnsOnce(t *testing.T) {
 // A connection still pending when the handshake timeout runs out is
 // closed and counted; an authorized one stays.
 func TestAdmissionHandshakeTimeout(t *testing.T) {
-	r := newAdmissionRig(t, AdmissionLimits{HandshakeTimeout: time.Second})
+	r := newAdmissionRig(t, AdmissionLimits{HandshakeTimeout: 2 * time.Second})
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", r.ln.Addr().String())
 		if err != nil {
@@ -194,7 +206,7 @@ func TestAdmissionHandshakeTimeout(t *testing.T) {
 	if _, err := idle.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("the idle connection: %v, want EOF", err)
 	}
-	good.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	good.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	if _, err := good.Read(make([]byte, 1)); err == io.EOF {
 		t.Fatal("the authorized connection was closed")
 	}
