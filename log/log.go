@@ -207,8 +207,11 @@ type Log struct {
 	err       error // sticky
 	closed    bool
 
-	wake   chan struct{}
-	exited chan struct{}
+	// running (under mu): a writer goroutine is there. An asleep log has
+	// none; the next append starts one.
+	running bool
+	writer  sync.WaitGroup
+	wake    chan struct{}
 
 	first   atomic.Uint64
 	written atomic.Uint64 // last index handed to the segment files
@@ -271,56 +274,79 @@ func releaseHeld(held []waiter) []waiter {
 }
 
 // Open opens (creating if needed) the log in dir, repairing a torn tail.
+//
+// A log whose tail needed no repair opens asleep (see sleep): it has read
+// its directory once and its tail segment once, and holds no file until
+// the first write or read. A namespace of thousands of entities then starts
+// without a descriptor for each.
 func Open(dir string, opts Options) (*Log, OpenReport, error) {
 	opts = opts.withDefaults()
 	var rep OpenReport
 	if err := MkdirAllDurable(dir, 0o750); err != nil {
 		return nil, rep, err
 	}
-	if interrupted, err := hasInterruptedTruncation(dir); err != nil {
+	segs, interrupted, err := readSegments(dir)
+	if err != nil {
 		return nil, rep, err
-	} else if interrupted {
+	}
+	if interrupted {
 		// tidwall's Open finishes a truncation a crash cut short, and does so
 		// before it reads the tail, so it works even if the tail is torn.
 		if w, err := wal.Open(dir, tidwallOptions(opts)); err == nil {
 			w.Close()
 		}
-	}
-	segs, err := listSegments(dir)
-	if err != nil {
-		return nil, rep, err
-	}
-	rep.Repair, _, err = repairTail(dir, segs, opts.Repair)
-	if err != nil {
-		return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
-	}
-	w, err := wal.Open(dir, tidwallOptions(opts))
-	if err != nil {
-		return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
-	}
-	if len(segs) == 0 {
-		// tidwall has just created the first segment; its name must be
-		// durable before anything in it is acknowledged.
-		if err := SyncDir(dir); err != nil {
-			w.Close()
-			return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
+		if segs, err = listSegments(dir); err != nil {
+			return nil, rep, err
 		}
 	}
-	first, _ := w.FirstIndex()
-	last, _ := w.LastIndex()
-	if segs, err = listSegments(dir); err != nil {
-		w.Close()
-		return nil, rep, err
+	var tail tailInfo
+	rep.Repair, segs, tail, err = repairTail(dir, segs, opts.Repair)
+	if err != nil {
+		return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
 	}
-	var total, tail int64
-	for _, s := range segs {
-		fi, err := os.Stat(segmentPath(dir, s))
-		if err != nil {
+	var w *wal.Log
+	var first, last uint64
+	if tail.known {
+		// What tidwall would find: its first segment's name is the first
+		// index, and the tail's records follow its own.
+		first, last = segs[0], segs[len(segs)-1]+uint64(tail.records)-1
+	} else {
+		// A new log, or one repaired: tidwall creates or reads it now.
+		if w, err = wal.Open(dir, tidwallOptions(opts)); err != nil {
+			return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
+		}
+		if len(segs) == 0 {
+			// tidwall has just created the first segment; its name must be
+			// durable before anything in it is acknowledged.
+			if err := SyncDir(dir); err != nil {
+				w.Close()
+				return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
+			}
+		}
+		first, _ = w.FirstIndex()
+		last, _ = w.LastIndex()
+		if segs, err = listSegments(dir); err != nil {
 			w.Close()
 			return nil, rep, err
 		}
+	}
+	var total int64
+	for i, s := range segs {
+		if i == len(segs)-1 && tail.known {
+			total += tail.size
+			break
+		}
+		fi, err := os.Stat(segmentPath(dir, s))
+		if err != nil {
+			if w != nil {
+				w.Close()
+			}
+			return nil, rep, err
+		}
 		total += fi.Size()
-		tail = fi.Size()
+		if i == len(segs)-1 {
+			tail.size = fi.Size()
+		}
 	}
 	l := &Log{
 		dir:       dir,
@@ -329,20 +355,29 @@ func Open(dir string, opts Options) (*Log, OpenReport, error) {
 		segs:      newSegmentSet(dir, segs),
 		next:      last + 1,
 		tailFirst: segs[len(segs)-1],
-		tailSize:  tail,
-		cycleNext: tail > int64(opts.SegmentSize),
+		tailSize:  tail.size,
+		cycleNext: tail.size > int64(opts.SegmentSize),
 		pend:      &batch{},
 		wake:      make(chan struct{}, 1),
-		exited:    make(chan struct{}),
 	}
 	l.space = sync.NewCond(&l.mu)
 	l.segs.idle = opts.IdleRoll // readers' handles sleep as the writer does
-	if tail >= int64(opts.IdleRollBytes) {
-		// tidwall has just read the last segment whole; a log that has
-		// just opened has no use for it in memory. Begin the next one.
+	// A large tail begins the next segment at once: tidwall, when it opens,
+	// reads its tail whole and keeps it, and a log that has just opened has
+	// no use for it in memory.
+	if w != nil && tail.size >= int64(opts.IdleRollBytes) {
 		if err := l.beginSegment(last + 1); err != nil {
 			l.wal.Close()
 			return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
+		}
+	} else if w == nil && tail.size >= int64(opts.IdleRollBytes) {
+		ok, err := l.createSegment(last + 1)
+		if err != nil {
+			return nil, rep, fmt.Errorf("open log %s: %w", dir, err)
+		}
+		if ok {
+			l.segs.add(last + 1)
+			l.tailFirst, l.tailSize, l.cycleNext = last+1, 0, false
 		}
 	}
 	l.first.Store(first)
@@ -350,7 +385,12 @@ func Open(dir string, opts Options) (*Log, OpenReport, error) {
 	l.durable.Store(last)
 	l.bytes.Store(total)
 	rep.FirstIndex, rep.LastIndex, rep.Segments = first, last, len(segs)
-	go l.run()
+	if l.wal != nil {
+		// Awake: the writer puts it to sleep once it has been idle.
+		l.mu.Lock()
+		l.startWriter()
+		l.mu.Unlock()
+	}
 	return l, rep, nil
 }
 
@@ -450,6 +490,9 @@ func (l *Log) append(evs []event.Event, done func(error), urgent bool) (uint64, 
 	if done != nil {
 		p.waiters = append(p.waiters, waiter{last: l.next - 1, done: done})
 	}
+	if !l.running {
+		l.startWriter()
+	}
 	// Lazy records alone do not need the writer until its timer, unless
 	// they are the first (it arms the timer) or fill a batch.
 	wake := urgent || done != nil || len(p.sizes) == len(evs) || len(p.buf) >= lazyBatchBytes
@@ -483,10 +526,18 @@ func (l *Log) place(p *batch, index uint64, size int) event.Position {
 	return pos
 }
 
+// startWriter starts the writer goroutine. Callers hold mu.
+func (l *Log) startWriter() {
+	l.running = true
+	l.writer.Add(1)
+	go l.run()
+}
+
 // run is the writer: it takes everything queued, writes it as one tidwall
-// batch, fsyncs per policy and then releases the waiters.
+// batch, fsyncs per policy and then releases the waiters. It returns when
+// the log closes or fails, or once it has put the log to sleep.
 func (l *Log) run() {
-	defer close(l.exited)
+	defer l.writer.Done()
 	var (
 		wb       wal.Batch
 		spare    = &batch{}
@@ -553,9 +604,14 @@ func (l *Log) run() {
 					// Idle: let go of what was sized for the last burst.
 					wb = wal.Batch{}
 					spare.release()
-					if l.rollIdle() || l.sleep() {
+					if l.rollIdle() {
 						idle.Reset(l.opts.IdleRoll)
 						idleArmed = true
+					} else if retry, slept := l.sleep(); retry {
+						idle.Reset(l.opts.IdleRoll)
+						idleArmed = true
+					} else if slept {
+						return
 					}
 				}
 			}
@@ -713,30 +769,34 @@ func (l *Log) rollIdle() (retry bool) {
 // sleep closes tidwall and the segment files readers opened once the log
 // has written nothing for IdleRoll and everything it wrote is durable, so
 // that an idle queue holds no file open (a namespace of thousands of queues
-// would otherwise need as many descriptors). The next write opens tidwall
-// again, which reads the tail segment back: at most a segment's worth of
-// work on the first commit after a quiet spell. It reports that the caller
-// should try again later (records pending, or TruncateFront under way).
-func (l *Log) sleep() (retry bool) {
+// would otherwise need as many descriptors). The writer goroutine, which
+// calls it, then returns: the next append starts another, whose first write
+// opens tidwall again and so reads the tail segment back (at most a
+// segment's worth of work on the first commit after a quiet spell). It
+// reports that the caller should try again later (records pending, or
+// TruncateFront under way), or that the log sleeps and the writer must
+// return.
+func (l *Log) sleep() (retry, slept bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || l.err != nil {
-		return false
+		return false, false
 	}
 	if !l.pend.empty() || l.durable.Load() != l.written.Load() || !l.walMu.TryLock() {
-		return true
+		return true, false
 	}
 	defer l.walMu.Unlock()
-	if l.wal == nil {
-		return false
+	if l.wal != nil {
+		err := l.wal.Close()
+		l.wal = nil
+		l.segs.close() // readers open what they need again
+		if err != nil {
+			l.failLocked(fmt.Errorf("close idle log: %w", err))
+			return false, false
+		}
 	}
-	err := l.wal.Close()
-	l.wal = nil
-	l.segs.close() // readers open what they need again
-	if err != nil {
-		l.failLocked(fmt.Errorf("close idle log: %w", err))
-	}
-	return false
+	l.running = false
+	return false, true
 }
 
 // wakeUp opens tidwall again if the log sleeps. Writer goroutine only.
@@ -787,6 +847,29 @@ func (l *Log) tidwallLocked() (asleep bool, err error) {
 // say), nothing changes. An error means the log can no longer be trusted.
 // Callers hold mu and walMu, or own the log alone.
 func (l *Log) beginSegment(next uint64) error {
+	if ok, err := l.createSegment(next); !ok || err != nil {
+		return err
+	}
+	if err := l.wal.Close(); err != nil { // fsyncs the old tail
+		return fmt.Errorf("close segment before %s: %w", SegmentName(next), err)
+	}
+	w, err := wal.Open(l.dir, tidwallOptions(l.opts))
+	if err != nil {
+		return fmt.Errorf("reopen at segment %s: %w", SegmentName(next), err)
+	}
+	l.wal = w
+	// What tidwall's own cycle does, done now: the next record starts the
+	// new segment.
+	l.segs.add(next)
+	l.tailFirst, l.tailSize, l.cycleNext = next, 0, false
+	return nil
+}
+
+// createSegment creates the empty segment file whose first index is next
+// and makes its name durable. It reports false, and leaves no file, when
+// that cannot be done (a full disk, say); an error means a file it could
+// not take back is left, and the log can no longer be trusted.
+func (l *Log) createSegment(next uint64) (bool, error) {
 	path := segmentPath(l.dir, next)
 	created := false
 	err := l.fault("roll")
@@ -803,33 +886,21 @@ func (l *Log) beginSegment(next uint64) error {
 	if err == nil {
 		err = SyncDir(l.dir)
 	}
-	if err != nil {
-		if !created {
-			return nil
-		}
-		// A crash must not find the empty file after a tail that went on
-		// taking records: its removal has to be durable, or the log fails.
-		if err := os.Remove(path); err != nil {
-			return fmt.Errorf("remove unused segment %s: %w", SegmentName(next), err)
-		}
-		if err := SyncDir(l.dir); err != nil {
-			return fmt.Errorf("remove unused segment %s: %w", SegmentName(next), err)
-		}
-		return nil
+	if err == nil {
+		return true, nil
 	}
-	if err := l.wal.Close(); err != nil { // fsyncs the old tail
-		return fmt.Errorf("close segment before %s: %w", SegmentName(next), err)
+	if !created {
+		return false, nil
 	}
-	w, err := wal.Open(l.dir, tidwallOptions(l.opts))
-	if err != nil {
-		return fmt.Errorf("reopen at segment %s: %w", SegmentName(next), err)
+	// A crash must not find the empty file after a tail that went on
+	// taking records: its removal has to be durable, or the log fails.
+	if err := os.Remove(path); err != nil {
+		return false, fmt.Errorf("remove unused segment %s: %w", SegmentName(next), err)
 	}
-	l.wal = w
-	// What tidwall's own cycle does, done now: the next record starts the
-	// new segment.
-	l.segs.add(next)
-	l.tailFirst, l.tailSize, l.cycleNext = next, 0, false
-	return nil
+	if err := SyncDir(l.dir); err != nil {
+		return false, fmt.Errorf("remove unused segment %s: %w", SegmentName(next), err)
+	}
+	return false, nil
 }
 
 func exists(path string) bool {
@@ -1092,7 +1163,7 @@ func (l *Log) Close() error {
 	case l.wake <- struct{}{}:
 	default:
 	}
-	<-l.exited
+	l.writer.Wait()
 	l.segs.close()
 	l.walMu.Lock()
 	var err error

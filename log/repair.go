@@ -36,15 +36,16 @@ func (r TailRepair) String() string {
 // Damage followed by valid records is not a torn write: it is corruption, and
 // repairTail returns a *Damage unless force is set, in which case it
 // cuts there too.
-func repairTail(dir string, segs []uint64, force bool) (TailRepair, []uint64, error) {
-	var rep TailRepair
+//
+// When it repairs nothing, tail says what the last segment holds.
+func repairTail(dir string, segs []uint64, force bool) (rep TailRepair, kept []uint64, tail tailInfo, err error) {
 	if len(segs) == 0 {
-		return rep, segs, nil
+		return rep, segs, tail, nil
 	}
 	last := len(segs) - 1
 	data, err := os.ReadFile(segmentPath(dir, segs[last]))
 	if err != nil {
-		return rep, segs, err
+		return rep, segs, tail, err
 	}
 	recs, bad := scanRecords(data, segs[last])
 	cut := len(data)
@@ -52,7 +53,7 @@ func repairTail(dir string, segs []uint64, force bool) (TailRepair, []uint64, er
 		if bad.Followed && !force {
 			bad.Dir = dir
 			bad.Reason += " (valid records follow it)"
-			return rep, segs, bad
+			return rep, segs, tail, bad
 		}
 		cut = int(bad.Offset)
 		rep.FromIndex = bad.Index
@@ -90,38 +91,46 @@ func repairTail(dir string, segs []uint64, force bool) (TailRepair, []uint64, er
 			rep.FromIndex = recs[0].index
 		}
 		if err := os.Remove(segmentPath(dir, segs[i])); err != nil {
-			return rep, segs, err
+			return rep, segs, tail, err
 		}
 		segs = segs[:i]
 		i--
 		prev, err := os.ReadFile(segmentPath(dir, segs[i]))
 		if err != nil {
-			return rep, segs, err
+			return rep, segs, tail, err
 		}
 		var pbad *Damage
 		recs, pbad = scanRecords(prev, segs[i])
 		if pbad != nil {
 			pbad.Dir = dir
-			return rep, segs, pbad
+			return rep, segs, tail, pbad
 		}
 		cut = len(prev)
 	}
-	if rep.Bytes == 0 {
-		return rep, segs, nil
+	if rep.Bytes == 0 && i == last {
+		return rep, segs, tailInfo{known: true, records: len(recs), size: int64(len(data))}, nil
 	}
 	path := segmentPath(dir, segs[i])
 	if err := truncateFile(path, int64(cut)); err != nil {
-		return rep, segs, err
+		return rep, segs, tail, err
 	}
 	if cut == 0 && i > 0 {
 		// An empty segment after a cut earlier segment would claim indexes
 		// the log no longer has.
 		if err := os.Remove(path); err != nil {
-			return rep, segs, err
+			return rep, segs, tail, err
 		}
 		segs = segs[:i]
 	}
-	return rep, segs, SyncDir(dir)
+	return rep, segs, tail, SyncDir(dir)
+}
+
+// tailInfo is what a log's last segment holds, if known: its records and
+// bytes.
+type tailInfo struct {
+	known   bool
+	records int
+	size    int64
 }
 
 // prevContinues reports whether the last record of the segment before segs[i]

@@ -514,3 +514,58 @@ func TestWakeFailure(t *testing.T) {
 	}
 	checkAll(t, l, want)
 }
+
+// TestReopenedLogStartsAsleep: a log reopened with a sound tail holds no
+// file and no writer goroutine until it is used (a namespace of thousands
+// of entities starts without a descriptor for each), reports what tidwall
+// would, and takes and serves records as a log opened awake does. A log
+// that has gone to sleep has no writer either, and the next append starts
+// one.
+func TestReopenedLogStartsAsleep(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentSize: 2048, IdleRoll: 100 * time.Millisecond}
+	l, _ := openT(t, dir, opts)
+	rng := rand.New(rand.NewPCG(13, 14))
+	want := fill(t, l, 60, rng) // several segments, the last partly filled
+	last, bytes := l.LastIndex(), l.Bytes()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := listSegments(dir)
+	if len(segs) < 3 {
+		t.Fatalf("segments %v: the test wants several", segs)
+	}
+
+	l, rep := openT(t, dir, opts)
+	defer l.Close()
+	running := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.running
+	}
+	if n := openIn(t, dir); n != 0 || running() {
+		t.Fatalf("reopened: %d files open, writer running %v; want none", n, running())
+	}
+	if rep.FirstIndex != 1 || rep.LastIndex != last || l.Bytes() != bytes || rep.Segments != len(segs) {
+		t.Fatalf("reopened %+v with %d bytes; want 1-%d in %d segments, %d bytes", rep, l.Bytes(), last, len(segs), bytes)
+	}
+	checkAll(t, l, want)
+	maps.Copy(want, fill(t, l, 20, rng))
+	checkAll(t, l, want)
+	for deadline := time.Now().Add(10 * time.Second); running() || openIn(t, dir) > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("idle: %d files open, writer running %v", openIn(t, dir), running())
+		}
+	}
+	maps.Copy(want, fill(t, l, 5, rng)) // starts a writer again
+	checkAll(t, l, want)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, rep = openT(t, dir, opts)
+	defer l.Close()
+	if rep.LastIndex != last+25 {
+		t.Fatalf("reopened %+v, want last %d", rep, last+25)
+	}
+	checkAll(t, l, want)
+}

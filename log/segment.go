@@ -77,13 +77,24 @@ func (d *Damage) Is(target error) bool { return target == ErrCorrupt && !d.Tail 
 // Names that are not exactly 20 digits (tidwall's START/END/TEMP files, our
 // own files) are not segments.
 func listSegments(dir string) ([]uint64, error) {
+	segs, _, err := readSegments(dir)
+	return segs, err
+}
+
+// readSegments lists dir once: the segments' first indexes, sorted, and
+// whether tidwall left START or END files behind (a truncation cut short
+// by a crash; its Open finishes the job).
+func readSegments(dir string) (segs []uint64, interrupted bool, err error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var segs []uint64
 	for _, ent := range ents {
 		name := ent.Name()
+		if len(name) == segmentNameLen+6 && name[segmentNameLen:] == ".START" ||
+			len(name) == segmentNameLen+4 && name[segmentNameLen:] == ".END" {
+			interrupted = true
+		}
 		if ent.IsDir() || len(name) != segmentNameLen {
 			continue
 		}
@@ -94,24 +105,7 @@ func listSegments(dir string) ([]uint64, error) {
 		segs = append(segs, first)
 	}
 	slices.Sort(segs)
-	return segs, nil
-}
-
-// hasInterruptedTruncation reports whether tidwall left START or END files
-// behind (a truncation cut short by a crash); its Open finishes the job.
-func hasInterruptedTruncation(dir string) (bool, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return false, err
-	}
-	for _, ent := range ents {
-		name := ent.Name()
-		if len(name) == segmentNameLen+6 && name[segmentNameLen:] == ".START" ||
-			len(name) == segmentNameLen+4 && name[segmentNameLen:] == ".END" {
-			return true, nil
-		}
-	}
-	return false, nil
+	return segs, interrupted, nil
 }
 
 // recordInfo describes one valid record found by scanRecords.

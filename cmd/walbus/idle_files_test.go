@@ -14,7 +14,7 @@ import (
 )
 
 // openUnder counts the files process pid holds open under dir.
-func openUnder(t *testing.T, pid int, dir string) int {
+func openUnder(t testing.TB, pid int, dir string) int {
 	t.Helper()
 	fdDir := fmt.Sprintf("/proc/%d/fd", pid)
 	fds, err := os.ReadDir(fdDir)
@@ -31,8 +31,8 @@ func openUnder(t *testing.T, pid int, dir string) int {
 }
 
 // TestIdleQueuesHoldNoFiles: a queue whose log has been quiet for a couple
-// of seconds holds no file open, so a namespace of many idle queues does
-// not need a descriptor for each. The queues go on working when woken, and
+// of seconds, or not used since a start, holds no file open, so a
+// namespace of many idle queues does not need a descriptor for each. The queues go on working when woken, and
 // a kill -9 after that loses nothing acknowledged, whether it was sent
 // before the logs slept or after.
 func TestIdleQueuesHoldNoFiles(t *testing.T) {
@@ -94,7 +94,11 @@ func TestIdleQueuesHoldNoFiles(t *testing.T) {
 	send(1)
 	p.kill()
 	p.start()
-	asleep("after a restart")
+	// Logs open asleep: a restart holds no file of a queue's until it is
+	// used, from its first moment.
+	if n := openUnder(t, p.cmd.Process.Pid, data); n >= 10 {
+		t.Fatalf("%d files open under the data directory as the restart is done, with %d queues", n, queues)
+	}
 
 	client := p.sdkClient()
 	defer client.Close(ctx)
