@@ -46,13 +46,10 @@ func (e *Entity) load(rec *EntityRecovery) error {
 			return fmt.Errorf("entity %s: %w", e.name, err)
 		}
 	}
-	if moved, err := snapshot.SetAsideBeyond(layout.SnapshotDir(e.dir), l.LastIndex()); err != nil {
-		l.Close()
-		return fmt.Errorf("entity %s: %w", e.name, err)
-	} else if len(moved) > 0 {
+	st, rebuilt, err := snapshot.Recover(layout.SnapshotDir(e.dir), l)
+	if moved := rebuilt.SetAside; len(moved) > 0 {
 		b.logger.Warn("snapshots beyond the repaired log set aside", "entity", e.name, "newest", moved[0].Path, "count", len(moved))
 	}
-	st, rebuilt, err := snapshot.Rebuild(layout.SnapshotDir(e.dir), l)
 	rec.Skipped, rec.Snapshot, rec.Replayed = rebuilt.Skipped, rebuilt.Snapshot, rebuilt.Replayed
 	for _, s := range rebuilt.Skipped {
 		b.logger.Warn("snapshot skipped", "entity", e.name, "path", s.Info.Path, "err", s.Err)

@@ -76,6 +76,10 @@ func fileName(index uint64) string { return fmt.Sprintf("%s%020d%s", prefix, ind
 var (
 	encOnce sync.Once
 	enc     *zstd.Encoder
+	// decoders are stream decoders kept for the next snapshot: making one
+	// costs more than reading a small entity's snapshot. Each decodes one
+	// stream at a time, on the caller's goroutine (concurrency 1).
+	decoders sync.Pool
 )
 
 func encoder() *zstd.Encoder {
@@ -221,11 +225,20 @@ func decodeV1(b []byte) ([]byte, error) {
 // is read without trusting the claimed size: a stream that inflates past it
 // is rejected.
 func inflate(dst, frame []byte, size uint64, sum uint32) ([]byte, error) {
-	d, err := zstd.NewReader(bytes.NewReader(frame), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxWindow))
-	if err != nil {
+	d, _ := decoders.Get().(*zstd.Decoder)
+	if d == nil {
+		var err error
+		if d, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxWindow)); err != nil {
+			return dst, err
+		}
+	}
+	if err := d.Reset(bytes.NewReader(frame)); err != nil {
 		return dst, err
 	}
-	defer d.Close()
+	defer func() {
+		d.Reset(nil) // lets go of the frame
+		decoders.Put(d)
+	}()
 	buf := bytes.NewBuffer(dst)
 	if _, err := buf.ReadFrom(io.LimitReader(d, int64(size)+1)); err != nil {
 		return dst, err
@@ -411,6 +424,12 @@ func Load(dir string, usable func(index uint64) error) (*projection.Entity, Info
 	if err != nil {
 		return nil, Info{}, nil, err
 	}
+	e, info, skipped := load(infos, usable)
+	return e, info, skipped, nil
+}
+
+// load is Load over snapshots already listed, newest first.
+func load(infos []Info, usable func(index uint64) error) (*projection.Entity, Info, []Skipped) {
 	var skipped []Skipped
 	for _, info := range infos {
 		if err := usable(info.Index); err != nil {
@@ -424,12 +443,12 @@ func Load(dir string, usable func(index uint64) error) (*projection.Entity, Info
 				err = fmt.Errorf("%w: state is at index %d", ErrCorrupt, e.LastIndex())
 			}
 			if err == nil {
-				return e, info, skipped, nil
+				return e, info, skipped
 			}
 		}
 		skipped = append(skipped, Skipped{info, err})
 	}
-	return nil, Info{}, skipped, nil
+	return nil, Info{}, skipped
 }
 
 // Prune deletes all but the newest keep snapshots and any leftover
@@ -468,20 +487,25 @@ func SetAsideBeyond(dir string, last uint64) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	var moved []Info
-	for _, info := range infos {
-		if info.Index <= last {
-			break // newest first
-		}
+	moved, _, err := setAsideBeyond(dir, infos, last)
+	return moved, err
+}
+
+// setAsideBeyond is SetAsideBeyond over snapshots already listed, newest
+// first; it also returns those left.
+func setAsideBeyond(dir string, infos []Info, last uint64) (moved, left []Info, err error) {
+	for len(infos) > 0 && infos[0].Index > last {
+		info := infos[0]
 		if err := os.Rename(info.Path, info.Path+beyondSuffix); err != nil {
-			return moved, err
+			return moved, infos, err
 		}
 		moved = append(moved, info)
+		infos = infos[1:]
 	}
 	if len(moved) > 0 {
 		if err := log.SyncDir(dir); err != nil {
-			return moved, err
+			return moved, infos, err
 		}
 	}
-	return moved, nil
+	return moved, infos, nil
 }
