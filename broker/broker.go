@@ -24,7 +24,6 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -53,6 +52,11 @@ type Options struct {
 	// log since the last one, whichever comes first.
 	SnapshotEvery int
 	SnapshotBytes int64
+	// FinalSnapshotMin is the fewest events since an entity's last
+	// snapshot for which a graceful Close writes one (default 16): a
+	// restart replays fewer faster than it reads a snapshot, and a stop of
+	// thousands of entities created a moment ago writes none.
+	FinalSnapshotMin int
 	// IdleCheckpoint is how long an entity goes without an event before it
 	// looks at its log: if segments there are kept only for the older of
 	// its two snapshots, it writes a checkpoint followed by a snapshot (up
@@ -135,6 +139,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SnapshotBytes <= 0 {
 		o.SnapshotBytes = 256 << 20
+	}
+	if o.FinalSnapshotMin <= 0 {
+		o.FinalSnapshotMin = 16
 	}
 	if o.IdleCheckpoint == 0 {
 		o.IdleCheckpoint = 10 * time.Second
@@ -273,28 +280,15 @@ func Open(opts Options) (*Broker, Recovery, error) {
 			}
 		}
 	})
-	// Entities open side by side: each reads its own directory, and with
-	// thousands of them one at a time the start is mostly waiting.
-	type opened struct {
+	results := make([]struct {
 		e   *Entity
 		rec EntityRecovery
 		err error
-	}
-	results := make([]opened, len(ids))
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
-	for range min(len(ids), max(8, 4*runtime.GOMAXPROCS(0))) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < len(ids); i = int(next.Add(1) - 1) {
-				id := ids[i]
-				r := &results[i]
-				r.e, r.rec, r.err = b.openEntity(specs[id], id, cfgs[id].Config)
-			}
-		}()
-	}
-	wg.Wait()
+	}, len(ids))
+	sideBySide(len(ids), openWorkers, func(i int) {
+		r, id := &results[i], ids[i]
+		r.e, r.rec, r.err = b.openEntity(specs[id], id, cfgs[id].Config)
+	})
 	var openErr error
 	var summary struct{ snapshots, replayed, repaired, logged int }
 	for i, id := range ids {
@@ -318,11 +312,12 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		if er.Repair.Bytes > 0 {
 			summary.repaired++
 		}
-		// Entities whose recovery replayed or repaired something are
-		// logged, the first few at info; the others, and the rest, at
-		// debug: a start with thousands of entities takes a few lines.
+		// Entities whose recovery repaired something or replayed more than
+		// a graceful stop leaves are logged, the first few at info; the
+		// others, and the rest, at debug: a start with thousands of
+		// entities takes a few lines.
 		level := slog.LevelDebug
-		if (er.Replayed > 0 || er.Repair.Bytes > 0) && summary.logged < maxRecoveryLines {
+		if (er.Replayed >= opts.FinalSnapshotMin || er.Repair.Bytes > 0) && summary.logged < maxRecoveryLines {
 			level = slog.LevelInfo
 			summary.logged++
 		}
@@ -403,7 +398,7 @@ func (b *Broker) openEntity(name string, id uint64, cfg projection.Config) (*Ent
 		name:      name,
 		id:        id,
 		dir:       dir,
-		reqs:      make(chan func(*Entity), 1024),
+		reqs:      make(chan func(*Entity), 256),
 		wake:      make(chan struct{}, 1),
 		quit:      make(chan struct{}),
 		done:      make(chan struct{}),
@@ -453,32 +448,30 @@ func (e *Entity) configure(cfg projection.Config) error {
 	return <-ch
 }
 
-// appendNamespace records an entity event in the namespace log and waits
-// until durable; it returns the event's index.
-func (b *Broker) appendNamespace(ev event.Event) (uint64, error) {
+// appendNamespace records entity events in the namespace log, as one
+// atomic group, and waits until they are durable; it sets their indexes
+// and times.
+func (b *Broker) appendNamespace(evs []event.Event) error {
 	if err := b.reopenNamespace(); err != nil {
-		return 0, err
+		return err
 	}
-	ev.Time = b.clock.Now().UnixNano()
+	now := b.clock.Now().UnixNano()
+	for i := range evs {
+		evs[i].Time = now
+	}
 	ch := make(chan error, 1)
-	evs := []event.Event{ev}
 	if _, err := b.ns.Append(evs, func(err error) { ch <- err }); err != nil {
 		b.writeFailed(err)
-		return 0, err
+		return err
 	}
 	if err := <-ch; err != nil {
 		b.writeFailed(err)
-		return 0, err
+		return err
 	}
-	b.nsLast = evs[0].Index
-	return evs[0].Index, nil
+	b.nsLast = evs[len(evs)-1].Index
+	return nil
 }
 
-// reopenNamespace replaces a namespace log that failed (a full disk, say)
-// with the log reopened from disk, as an entity's recovery does, so that
-// entities can be created again once the cause is gone. Records after the
-// last acknowledged one were refused to their callers and are cut. Called
-// with b.mu held.
 func (b *Broker) reopenNamespace() error {
 	failed := b.ns.Err()
 	if failed == nil {
@@ -526,8 +519,7 @@ func ValidateName(name string) error {
 // CreateQueue creates a queue. It fails with ErrEntityExists if an entity of
 // that name (compared without case) exists.
 func (b *Broker) CreateQueue(name string, cfg projection.Config) (*Entity, error) {
-	cfg.Topic = false
-	return b.create(name, "queue", cfg)
+	return b.create(NewEntity{Name: name, Config: cfg})
 }
 
 // UpdateQueue changes a queue's config.
@@ -544,7 +536,7 @@ func (b *Broker) DeleteEntity(name string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrEntityNotFound, name)
 	}
-	if _, err := b.appendNamespace(event.Event{Type: event.EntityDeleted, Name: e.name}); err != nil {
+	if err := b.appendNamespace([]event.Event{{Type: event.EntityDeleted, Name: e.name}}); err != nil {
 		return err
 	}
 	delete(b.entities, strings.ToLower(name))

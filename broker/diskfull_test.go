@@ -58,7 +58,7 @@ func TestDiskFullThenSpaceReturns(t *testing.T) {
 // appended and applied its events, poisons the log; the entity stops and
 // recovers by reopen and replay (docs/architecture.md) although nothing else is
 // written. Here the failed write held a Complete: the client is told it
-// failed, so the message comes back.
+// failed, so the message comes back, still locked by its holder.
 func TestWriteFailureAfterApplyRecovers(t *testing.T) {
 	e, arm := queueFailingOnce(t, "write")
 	sendSync(t, e, projection.Message{Body: []byte("m"), MessageID: "m"})
@@ -84,12 +84,21 @@ func TestWriteFailureAfterApplyRecovers(t *testing.T) {
 	for {
 		c, err := e.Counts(event.MainQueue)
 		if err == nil && c.Total == 1 {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("5 s after a complete that failed (not durable), the queue still shows %+v (the message is gone from memory, not from the log); Sync says: %v", c, e.Sync())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// The lock was durable before the failure, so it outlives it: its
+	// holder completes the message with the same token.
+	e.Settle(event.MainQueue, Settlement{Token: d.Token, Outcome: projection.Complete}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatalf("complete with the lock held across the failure: %v", err)
+	}
+	if c, _ := e.Counts(event.MainQueue); c.Total != 0 {
+		t.Fatalf("after the complete: %+v", c)
 	}
 }
 

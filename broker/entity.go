@@ -649,21 +649,22 @@ func (e *Entity) close(graceful bool) error {
 	return errors.Join(snapErr, err)
 }
 
-// finalSnapshot writes a snapshot of the current state unless the last one
-// already covers it, after any snapshot still being written.
+// finalSnapshot writes a snapshot of the current state, after any snapshot
+// still being written, unless the last one covers all but a few events
+// (Options.FinalSnapshotMin).
 func (e *Entity) finalSnapshot(done chan<- error) {
 	switch {
-	case e.failed != nil || e.st.LastIndex() == e.snap.lastIndex:
+	case e.failed != nil:
 		done <- nil
 	case e.snap.running:
 		e.snap.after = append(e.snap.after, func() { e.finalSnapshot(done) })
+	case e.st.LastIndex()-e.snap.lastIndex < uint64(e.b.opts.FinalSnapshotMin):
+		done <- nil
 	default:
 		e.startSnapshot(func(err error) { done <- err })
 	}
 }
 
-// stop runs on the actor as it exits: receivers and waiters learn the
-// entity is gone.
 func (e *Entity) stop() {
 	e.releaseCache()
 	if e.timer != nil {

@@ -56,7 +56,7 @@ type scriptReceiver struct {
 }
 
 func (h *harness) open() {
-	b, rec, err := Open(Options{Dir: h.dir, Clock: h.clock, Seed: 1, SegmentSize: 64 << 10})
+	b, rec, err := Open(Options{Dir: h.dir, Clock: h.clock, Seed: 1, SegmentSize: 64 << 10, FinalSnapshotMin: 1})
 	if err != nil {
 		h.t.Fatalf("open: %v", err)
 	}

@@ -3,7 +3,6 @@ package broker
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/walbus/walbus/log/event"
@@ -115,8 +114,7 @@ type SubscriptionInfo struct {
 // CreateTopic creates a topic. It fails with ErrEntityExists if an entity
 // of that name (compared without case) exists.
 func (b *Broker) CreateTopic(name string, cfg Config) (*Entity, error) {
-	cfg.Topic = true
-	return b.create(name, "topic", cfg)
+	return b.create(NewEntity{Name: name, Topic: true, Config: cfg})
 }
 
 // UpdateTopic changes a topic's config.
@@ -314,53 +312,6 @@ func queuePath(st *projection.Entity, name string, no uint32) string {
 	return path
 }
 
-// create records a new entity of kind ("queue" or "topic") in the namespace
-// and opens it.
-func (b *Broker) create(name, kind string, cfg Config) (*Entity, error) {
-	if err := ValidateName(name); err != nil {
-		return nil, err
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", projection.ErrInvalid, err)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, ErrClosed
-	}
-	if _, ok := b.entities[strings.ToLower(name)]; ok {
-		return nil, fmt.Errorf("%w: %s", ErrEntityExists, name)
-	}
-	if err := b.checkForwarding(name, cfg); err != nil {
-		return nil, err
-	}
-	spec, _ := json.Marshal(entitySpec{Kind: kind, Config: cfg})
-	id, err := b.appendNamespace(event.Event{Type: event.EntityCreated, Name: name, Props: spec})
-	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", name, err)
-	}
-	e, _, err := b.openEntity(name, id, cfg)
-	if err != nil {
-		// Refused means not there: the namespace must not keep the
-		// record, or a retry would make a second entity of that name
-		// and a later delete remove only one of them.
-		if _, derr := b.appendNamespace(event.Event{Type: event.EntityDeleted, Name: name}); derr != nil {
-			b.logger.Error("cannot record the removal of an entity that failed to open; it reappears at the next start", "entity", name, "err", derr)
-		} else {
-			_ = os.RemoveAll(b.entityDir(id))
-		}
-		return nil, err
-	}
-	now := b.clock.Now().UnixNano()
-	e.created.Store(now)
-	e.updated.Store(now)
-	b.entities[strings.ToLower(name)] = e
-	// Callers say it at info: the administration API for each entity, a
-	// start from Config.json in a few lines.
-	b.logger.Debug("entity created", "entity", name, "kind", kind)
-	return e, nil
-}
-
 // update changes an entity's config, the entity's log first (it refuses
 // the changes Service Bus forbids), then the namespace's.
 func (b *Broker) update(name, kind string, cfg Config) error {
@@ -380,7 +331,7 @@ func (b *Broker) update(name, kind string, cfg Config) error {
 		return err
 	}
 	spec, _ := json.Marshal(entitySpec{Kind: kind, Config: cfg})
-	if _, err := b.appendNamespace(event.Event{Type: event.EntityUpdated, Name: e.name, Props: spec}); err != nil {
+	if err := b.appendNamespace([]event.Event{{Type: event.EntityUpdated, Name: e.name, Props: spec}}); err != nil {
 		return err
 	}
 	now := b.clock.Now().UnixNano()

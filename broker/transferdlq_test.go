@@ -33,7 +33,7 @@ func TestRefusedDeadLetterForwardGoesToTransferDeadLetterQueue(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			opts := Options{Dir: dir, IdleCheckpoint: -1}
+			opts := Options{Dir: dir, IdleCheckpoint: -1, FinalSnapshotMin: 1}
 			b := openBroker(t, opts)
 			dst, err := b.CreateQueue("dst", c.target)
 			if err != nil {

@@ -23,29 +23,22 @@ func BenchmarkAdminTenThousandQueues(b *testing.B) {
 	dir := b.TempDir()
 	start := func() (*exec.Cmd, string, time.Duration) {
 		cmd := exec.Command(walbusBin, "serve", "--data", dir, "--amqp", "127.0.0.1:0", "--http", "127.0.0.1:0")
-		var mu sync.Mutex
-		var log []byte
-		cmd.Stderr = writerFunc(func(p []byte) (int, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			log = append(log, p...)
-			return len(p), nil
-		})
+		log := &lockedLog{}
+		cmd.Stderr = log
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
 		httpLine := regexp.MustCompile(`msg=listening http=(\S+)`)
 		recovered := regexp.MustCompile(`msg=recovered entities=\d+ took=(\S+)`)
 		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			mu.Lock()
-			h, r := httpLine.FindSubmatch(log), recovered.FindSubmatch(log)
-			mu.Unlock()
+			logged := log.Bytes()
+			h, r := httpLine.FindSubmatch(logged), recovered.FindSubmatch(logged)
 			if h != nil && r != nil {
 				took, _ := time.ParseDuration(string(r[1]))
 				return cmd, string(h[1]), took
 			}
 		}
-		b.Fatalf("walbus did not start:\n%s", log)
+		b.Fatalf("walbus did not start:\n%s", log.Bytes())
 		return nil, "", 0
 	}
 	rss := func(cmd *exec.Cmd) float64 {

@@ -35,35 +35,72 @@ func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Log
 	}()
 	for _, ns := range f.Namespaces {
 		// Topics first and their subscriptions last: queues may forward
-		// to topics, subscriptions to queues and topics.
+		// to topics, subscriptions to queues and topics. The entities the
+		// file adds are created together (broker.CreateEntities), which
+		// for thousands of them is many times faster than one by one.
 		topics := make([]*broker.Entity, len(ns.Topics))
+		// A name the file gives twice is created once, then updated.
+		var fresh []broker.NewEntity
+		var freshAt, existing []int
+		seen := map[string]bool{}
 		for i, t := range ns.Topics {
-			if topics[i], err = applyTopic(b, t, linkMax, made, logger); err != nil {
-				return fmt.Errorf("%s: topic %s: %w", path, t.Name, err)
+			key := strings.ToLower(t.Name)
+			if _, err := b.Entity(t.Name); errors.Is(err, broker.ErrEntityNotFound) && !seen[key] {
+				fresh = append(fresh, broker.NewEntity{Name: t.Name, Topic: true, Config: t.Config()})
+				freshAt = append(freshAt, i)
+				seen[key] = true
+			} else {
+				existing = append(existing, i)
 			}
 		}
+		created, err := b.CreateEntities(fresh)
+		made.record(fresh, created)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		for k, i := range freshAt {
+			topics[i] = created[k]
+		}
+		for _, i := range existing {
+			if topics[i], err = applyTopic(b, ns.Topics[i], logger); err != nil {
+				return fmt.Errorf("%s: topic %s: %w", path, ns.Topics[i].Name, err)
+			}
+		}
+		for _, e := range topics {
+			warnLarger(e, "topic", linkMax, logger)
+		}
+
 		queues, err := forwardTargetsFirst(ns.Queues)
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
+		// New queues first: a queue that exists may now forward to one.
+		fresh = nil
+		var updates []emuconfig.Queue
 		for _, q := range queues {
-			e, err := b.CreateQueue(q.Name, q.Config())
-			switch {
-			case err == nil:
-				made.created("queue", q.Name)
-			case errors.Is(err, broker.ErrEntityExists):
-				if e, err = updateQueue(b, q, logger); err != nil {
-					return fmt.Errorf("%s: queue %s: %w", path, q.Name, err)
-				}
-			case err != nil:
+			key := strings.ToLower(q.Name)
+			if _, err := b.Entity(q.Name); errors.Is(err, broker.ErrEntityNotFound) && !seen[key] {
+				fresh = append(fresh, broker.NewEntity{Name: q.Name, Config: q.Config()})
+				seen[key] = true
+			} else {
+				updates = append(updates, q)
+			}
+		}
+		created, err = b.CreateEntities(fresh)
+		made.record(fresh, created)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		for _, e := range created {
+			warnLarger(e, "queue", linkMax, logger)
+		}
+		for _, q := range updates {
+			e, err := updateQueue(b, q, logger)
+			if err != nil {
 				return fmt.Errorf("%s: queue %s: %w", path, q.Name, err)
 			}
-			// The queue's own setting, which for one that existed may not
-			// be the file's.
-			if cfg, err := e.Config(); err == nil && uint64(cfg.MaxMessageSize) > linkMax {
-				logger.Warn("queue allows larger messages than --max-message-size; its links take up to that",
-					"queue", q.Name, "MaxMessageSizeInKilobytes", cfg.MaxMessageSize/1024, "max_message_size", linkMax)
-			}
+			// The queue's own setting, which may not be the file's.
+			warnLarger(e, "queue", linkMax, logger)
 		}
 		for i, t := range ns.Topics {
 			if err := applySubscriptions(topics[i], t, logger); err != nil {
@@ -72,6 +109,15 @@ func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Log
 		}
 	}
 	return nil
+}
+
+// warnLarger warns of an entity that allows larger messages than the
+// server's --max-message-size (linkMax): links advertise the smaller.
+func warnLarger(e *broker.Entity, kind string, linkMax uint64, logger *slog.Logger) {
+	if cfg, err := e.Config(); err == nil && uint64(cfg.MaxMessageSize) > linkMax {
+		logger.Warn(kind+" allows larger messages than --max-message-size; its links take up to that",
+			kind, e.Name(), "MaxMessageSizeInKilobytes", cfg.MaxMessageSize/1024, "max_message_size", linkMax)
+	}
 }
 
 // creations logs the entities a Config.json creates: the first few at
@@ -85,46 +131,44 @@ type creations struct {
 // maxCreationLines is how many creations are logged at info one by one.
 const maxCreationLines = 20
 
-func (c *creations) created(kind, name string) {
-	level := slog.LevelDebug
-	if c.n < maxCreationLines {
-		level = slog.LevelInfo
+// record logs those of specs that were created.
+func (c *creations) record(specs []broker.NewEntity, created []*broker.Entity) {
+	for i, e := range created {
+		if e == nil {
+			continue
+		}
+		level := slog.LevelDebug
+		if c.n < maxCreationLines {
+			level = slog.LevelInfo
+		}
+		c.n++
+		kind := "queue"
+		if specs[i].Topic {
+			kind = "topic"
+		}
+		c.logger.Log(context.Background(), level, "entity created", "entity", e.Name(), "kind", kind)
 	}
-	c.n++
-	c.logger.Log(context.Background(), level, "entity created", "entity", name, "kind", kind)
 }
 
-// applyTopic creates a topic the file lists, or gives an existing one the
-// file's settings.
-func applyTopic(b *broker.Broker, t emuconfig.Topic, linkMax uint64, made *creations, logger *slog.Logger) (*broker.Entity, error) {
-	e, err := b.CreateTopic(t.Name, t.Config())
-	if err == nil {
-		made.created("topic", t.Name)
-	}
-	if errors.Is(err, broker.ErrEntityExists) {
-		if e, err = b.Entity(t.Name); err != nil {
-			return nil, err
-		}
-		if !e.IsTopic() {
-			return nil, fmt.Errorf("an entity of that name exists and is not a topic")
-		}
-		was, err := e.Config()
-		if err != nil {
-			return nil, err
-		}
-		if changed := configChanges(was, t.Config()); len(changed) > 0 {
-			if err := b.UpdateTopic(t.Name, t.Config()); err != nil {
-				return nil, err
-			}
-			logger.Info("topic settings changed to the file's; its messages are kept", "topic", t.Name,
-				"changed", strings.Join(changed, ","))
-		}
-	} else if err != nil {
+// applyTopic gives a topic that exists the file's settings.
+func applyTopic(b *broker.Broker, t emuconfig.Topic, logger *slog.Logger) (*broker.Entity, error) {
+	e, err := b.Entity(t.Name)
+	if err != nil {
 		return nil, err
 	}
-	if cfg, err := e.Config(); err == nil && uint64(cfg.MaxMessageSize) > linkMax {
-		logger.Warn("topic allows larger messages than --max-message-size; its links take up to that",
-			"topic", t.Name, "MaxMessageSizeInKilobytes", cfg.MaxMessageSize/1024, "max_message_size", linkMax)
+	if !e.IsTopic() {
+		return nil, fmt.Errorf("an entity of that name exists and is not a topic")
+	}
+	was, err := e.Config()
+	if err != nil {
+		return nil, err
+	}
+	if changed := configChanges(was, t.Config()); len(changed) > 0 {
+		if err := b.UpdateTopic(t.Name, t.Config()); err != nil {
+			return nil, err
+		}
+		logger.Info("topic settings changed to the file's; its messages are kept", "topic", t.Name,
+			"changed", strings.Join(changed, ","))
 	}
 	return e, nil
 }

@@ -224,6 +224,27 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 
+// lockedLog gathers what a process writes, from the goroutine that copies
+// its output, for a benchmark to read meanwhile.
+type lockedLog struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	return len(p), nil
+}
+
+// Bytes returns a copy of what was written so far.
+func (l *lockedLog) Bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Clone(l.b)
+}
+
 // writeConfig writes an emulator Config.json with one queue.
 func writeConfig(t *testing.T, queue, props string) string {
 	t.Helper()
@@ -235,7 +256,7 @@ func writeConfig(t *testing.T, queue, props string) string {
 type queueDef struct{ name, props string }
 
 // writeConfigQueues writes an emulator Config.json with these queues.
-func writeConfigQueues(t *testing.T, queues ...queueDef) string {
+func writeConfigQueues(t testing.TB, queues ...queueDef) string {
 	t.Helper()
 	var list []string
 	for _, q := range queues {

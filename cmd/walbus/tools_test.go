@@ -60,11 +60,12 @@ func settleWait(t *testing.T, q *broker.Entity, d broker.Delivery, outcome proje
 }
 
 // toolData writes a data directory with one queue: two messages, the
-// first completed, the second abandoned once.
+// first completed, the second abandoned once, and the snapshot a graceful
+// stop writes (here of even so few events).
 func toolData(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	b, q, r, deliveries := ordersQueue(t, broker.Options{Dir: dir})
+	b, q, r, deliveries := ordersQueue(t, broker.Options{Dir: dir, FinalSnapshotMin: 1})
 	sendWait(t, q, projection.Message{MessageID: "a", Body: []byte("one")}, projection.Message{MessageID: "b", Body: []byte("two")})
 	r.SetLimit(2)
 	for _, outcome := range []projection.Outcome{projection.Complete, projection.Abandon} {
