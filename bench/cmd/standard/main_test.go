@@ -38,7 +38,11 @@ func TestFloorSet(t *testing.T) {
 			t.Fatalf("%d %s rows, want the 3 fixed-rate loads", len(rows), f.label)
 		}
 		for _, r := range rows {
-			if !strings.HasSuffix(r.name, ", "+f.label) || r.res == nil || r.res.Received == 0 || r.res.Latency.Count == 0 {
+			// Messages went through. On a loaded machine (CI runs this
+			// beside the race tests) a durable floor can spend the whole
+			// half-second delivering what was sent during the warm-up,
+			// which counts as stale, not in the latency.
+			if !strings.HasSuffix(r.name, ", "+f.label) || r.res == nil || r.res.Received == 0 || r.res.Latency.Count == 0 && r.res.Stale == 0 {
 				t.Fatalf("row %q: %+v", r.name, r.res)
 			}
 			if b := r.res.Broker; b == nil || b.CPUSeconds <= 0 || b.SameProcess {
