@@ -98,6 +98,10 @@ func (sl *senderLink) Deliver(d transport.Delivery) {
 		d.Settle(&frames.Rejected{Error: &frames.Error{Condition: encoding.Symbol(cond), Description: err.Error()}})
 		return
 	}
+	if ts, ok := isTxn(d.State); ok {
+		sl.txnSend(d, ts, msgs)
+		return
+	}
 	sl.e.Send(sl.queue, msgs, func(err error) {
 		if err != nil {
 			d.Settle(&frames.Rejected{Error: linkError(err)})
@@ -354,8 +358,16 @@ func (rl *receiverLink) sendHeld() {
 func (rl *receiverLink) Disposition(l *transport.Link, id uint32, state frames.DeliveryState, settled bool) {
 	rl.mu.Lock()
 	token, known := rl.unsettled[id]
-	delete(rl.unsettled, id)
+	ts, transactional := isTxn(state)
+	if !transactional {
+		delete(rl.unsettled, id)
+	}
 	rl.mu.Unlock()
+	if known && transactional {
+		// The lock stays held, and the delivery known, until the commit.
+		rl.txnSettle(id, token, ts, settled)
+		return
+	}
 	if !known {
 		if !settled {
 			l.Settle(id, &frames.Rejected{Error: &frames.Error{Condition: condLockLost, Description: describe(broker.ErrLockLost)}})
@@ -386,6 +398,13 @@ func (rl *receiverLink) Disposition(l *transport.Link, id uint32, state frames.D
 		}
 		l.Settle(id, state)
 	})
+}
+
+// forget drops a delivery a transaction settled.
+func (rl *receiverLink) forget(id uint32) {
+	rl.mu.Lock()
+	delete(rl.unsettled, id)
+	rl.mu.Unlock()
 }
 
 // settlement maps a disposition state to a broker outcome

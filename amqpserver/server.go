@@ -195,6 +195,7 @@ type connState struct {
 	receivers map[string]*receiverLink // by link name
 	guarded   map[*transport.Link]guard
 	expiry    *time.Timer
+	txns      txnTable
 }
 
 // Attach routes a link by its address: $cbs, a $management node, or an
@@ -207,7 +208,7 @@ func (s *Server) Attach(l *transport.Link) {
 	}
 	a := l.PeerAttach()
 	if a.Coordinator != nil {
-		l.Refuse(&frames.Error{Condition: condNotImplemented, Description: "transactions are not supported"})
+		cs.attachCoordinator(l)
 		return
 	}
 	address := ""

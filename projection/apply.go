@@ -22,7 +22,7 @@ func (e *Entity) Apply(ev *event.Event) error {
 	switch ev.Type {
 	case event.EntityCreated, event.EntityUpdated:
 		return e.applyConfig(ev)
-	case event.Checkpoint:
+	case event.Checkpoint, event.Committed:
 		return nil
 	case event.Remembered:
 		e.rememberVia(ev)

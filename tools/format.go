@@ -50,8 +50,11 @@ type EventRecord struct {
 	Name        string `json:"name,omitempty"`       // entity events; remembered: the entity on the way
 	// RememberedUntil is when the entity on the way (Name) of a
 	// remembered event forgets its MessageId.
-	RememberedUntil string          `json:"remembered_until,omitempty"`
-	Spec            json.RawMessage `json:"spec,omitempty"` // entity, subscription and rule events: the recorded definition
+	RememberedUntil string `json:"remembered_until,omitempty"`
+	// Transaction is the id of the transaction a committed event closes
+	// (the events before it in its atomic group), in hex.
+	Transaction string          `json:"transaction,omitempty"`
+	Spec        json.RawMessage `json:"spec,omitempty"` // entity, subscription and rule events: the recorded definition
 	// Routes are the subscriptions a published message reached as sent
 	// (copies made by rule actions are copied events of their own).
 	Routes []string     `json:"routes,omitempty"`
@@ -134,7 +137,7 @@ func seqOf(ev *event.Event) uint64 {
 		return ev.Index
 	}
 	switch ev.Type {
-	case event.EntityCreated, event.EntityUpdated, event.EntityDeleted, event.Remembered,
+	case event.EntityCreated, event.EntityUpdated, event.EntityDeleted, event.Remembered, event.Committed,
 		event.SessionLocked, event.SessionLockRenewed, event.SessionUnlocked, event.SessionStateSet:
 		return 0
 	}
@@ -148,7 +151,7 @@ func isNamespaceType(t event.Type) bool {
 // hasQueue says whether events of type t are about one of the entity's
 // queues.
 func hasQueue(t event.Type) bool {
-	return !isNamespaceType(t) && t != event.Checkpoint && t != event.Remembered
+	return !isNamespaceType(t) && t != event.Checkpoint && t != event.Remembered && t != event.Committed
 }
 
 // hasMessage says whether events of type t carry a message body (a topic's
@@ -205,6 +208,8 @@ func eventRecord(ev *event.Event, c eventContext) EventRecord {
 		r.StateSize = &n
 	case event.Remembered:
 		r.RememberedUntil = rfc3339(ev.Until)
+	case event.Committed:
+		r.Transaction = hex.EncodeToString(ev.State)
 	}
 	if ev.Type == event.Activated || ev.Type == event.Forwarded || ev.Type == event.Restored || ev.Type == event.RestoredCopy {
 		r.From = ev.Seq

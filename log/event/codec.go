@@ -103,6 +103,7 @@ var layouts = map[Type][]field{
 	SessionStateSet:    {fQueue, fSessionID, fState},
 
 	Checkpoint: {},
+	Committed:  {fState},
 }
 
 // tails names the optional field a type's payload may end with, after its

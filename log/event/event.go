@@ -111,6 +111,11 @@ const (
 	SubscriptionDeleted Type = 53
 	RuleAdded           Type = 54 // Name, Props: the rule as given
 	RuleRemoved         Type = 55 // Name
+
+	// Committed closes the atomic group of a transaction's work: the events
+	// before it in its group are what the commit did. State holds the
+	// transaction's id.
+	Committed Type = 60
 )
 
 // LockToken identifies one lock on one message. It is a GUID on the wire.
@@ -181,7 +186,7 @@ var typeNames = map[Type]string{
 	DeadLettered: "dead-lettered", Expired: "expired", ReceivedAndDeleted: "received-and-deleted",
 	SessionLocked: "session-locked", SessionLockRenewed: "session-lock-renewed",
 	SessionUnlocked: "session-unlocked", SessionStateSet: "session-state-set",
-	Checkpoint: "checkpoint",
+	Checkpoint: "checkpoint", Committed: "committed",
 
 	TransferDeadLettered: "transfer-dead-lettered", Deleted: "deleted",
 }

@@ -1,0 +1,308 @@
+package amqpserver
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/walbus/walbus/amqpserver/frames"
+	"github.com/walbus/walbus/amqpserver/message"
+	"github.com/walbus/walbus/amqpserver/transport"
+	"github.com/walbus/walbus/broker"
+)
+
+// Transactions (AMQP 1.0 part 4, docs/compatibility.md §10): a client
+// attaches a link to the coordinator, declares a transaction, does sends
+// and settlements inside it, and discharges it. The work waits here, in
+// the connection's state, and reaches the broker at commit as one
+// broker.Transaction: one atomic group on the entity's log.
+
+// Transaction conditions (AMQP 1.0 §4.5.8).
+const (
+	condTxnUnknown  = "amqp:transaction:unknown-id"
+	condTxnRollback = "amqp:transaction:rollback"
+	condTxnTimeout  = "amqp:transaction:timeout"
+)
+
+// Service Bus's limits: a transaction lasts at most two minutes; a
+// connection may have a few open at once.
+const (
+	txnTimeout     = 2 * time.Minute
+	maxOpenTxns    = 1000
+	maxTimedOutIDs = 1000
+)
+
+// txnSpanText is what Service Bus says of work on a second entity in one
+// transaction.
+const txnSpanText = "Local transactions cannot span multiple top-level entities such as queue or topic."
+
+// txn is one declared transaction.
+type txn struct {
+	id    []byte
+	ctrl  *transport.Link // the coordinator link that declared it
+	timer *time.Timer
+	// e is the entity the transaction works on: the first it touched.
+	e    *broker.Entity
+	work broker.Transaction
+	// settled are the dispositions the commit answers: deliveries whose
+	// receiver awaits our settlement, and whose ids their links forget
+	// once the commit holds.
+	settled []txnDisposition
+	// discharging: a discharge is under way; no more work joins.
+	discharging bool
+}
+
+// txnDisposition is a receiver's transactional disposition.
+type txnDisposition struct {
+	rl      *receiverLink
+	id      uint32
+	state   *frames.TransactionalState
+	settled bool // by the peer already: nothing to answer
+}
+
+// txnTable holds a connection's transactions. Guarded by connState.mu.
+type txnTable struct {
+	open     map[string]*txn
+	timedOut map[string]bool // ids that ran out, so a late discharge says so
+}
+
+// attachCoordinator accepts a transaction controller's link: any
+// connection that holds a claim may declare transactions; each transfer
+// and disposition in one is authorized by its own link.
+func (cs *connState) attachCoordinator(l *transport.Link) {
+	if !cs.claims.any(cs.s.cfg.Now()) {
+		l.Refuse(&frames.Error{Condition: condUnauthorized, Description: "Unauthorized access. A token is required to declare transactions."})
+		return
+	}
+	caps := l.PeerAttach().Coordinator.Capabilities
+	for _, c := range caps {
+		if c != "amqp:local-transactions" {
+			l.Refuse(&frames.Error{Condition: condNotImplemented, Description: fmt.Sprintf("transaction capability %s is not supported; only amqp:local-transactions", c)})
+			return
+		}
+	}
+	l.AcceptInbound(nil, &coordinatorLink{cs: cs})
+}
+
+// coordinatorLink takes declares and discharges.
+type coordinatorLink struct {
+	cs *connState
+}
+
+// Detached rolls back every transaction the link declared and did not
+// discharge (AMQP 1.0 §4.2).
+func (cl *coordinatorLink) Detached(l *transport.Link, _ *frames.Error) {
+	cs := cl.cs
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for key, t := range cs.txns.open {
+		if t.ctrl == l && !t.discharging {
+			cs.endTxnLocked(key, t)
+		}
+	}
+}
+
+func (cl *coordinatorLink) Deliver(d transport.Delivery) {
+	if d.Settled {
+		// Declares and discharges must be sent unsettled (AMQP 1.0 §4.2).
+		d.Settle(nil)
+		d.Link.Close(&frames.Error{Condition: "amqp:illegal-state", Description: "declare and discharge must be sent unsettled"})
+		return
+	}
+	body, err := controlBody(d.Payload)
+	if err != nil {
+		d.Settle(&frames.Rejected{Error: &frames.Error{Condition: condDecodeError, Description: err.Error()}})
+		return
+	}
+	var declare frames.Declare
+	if declare.Decode(body) == nil {
+		if declare.GlobalID != nil {
+			d.Settle(&frames.Rejected{Error: &frames.Error{Condition: condNotImplemented, Description: "distributed transactions are not supported"}})
+			return
+		}
+		cl.declare(d)
+		return
+	}
+	var discharge frames.Discharge
+	if err := discharge.Decode(body); err != nil {
+		d.Settle(&frames.Rejected{Error: &frames.Error{Condition: condDecodeError, Description: "want a declare or a discharge: " + err.Error()}})
+		return
+	}
+	cl.discharge(d, discharge)
+}
+
+// controlBody returns the encoded amqp-value of a control message.
+func controlBody(payload []byte) ([]byte, error) {
+	s, err := message.Parse(payload)
+	if err != nil {
+		return nil, err
+	}
+	if s.BodyKind != message.BodyValue {
+		return nil, errors.New("a declare or discharge travels in an amqp-value body")
+	}
+	return s.ValueBytes(s.Body), nil
+}
+
+func (cl *coordinatorLink) declare(d transport.Delivery) {
+	cs := cl.cs
+	id := make([]byte, 16)
+	rand.Read(id)
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.txns.open == nil {
+		cs.txns.open = make(map[string]*txn)
+	}
+	if len(cs.txns.open) >= maxOpenTxns {
+		d.Settle(&frames.Rejected{Error: &frames.Error{Condition: condResourceLimit,
+			Description: fmt.Sprintf("a connection may hold at most %d open transactions", maxOpenTxns)}})
+		return
+	}
+	t := &txn{id: id, ctrl: d.Link}
+	t.work.ID = id
+	key := string(id)
+	t.timer = time.AfterFunc(txnTimeout, func() {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		if cur := cs.txns.open[key]; cur == t && !t.discharging {
+			cs.endTxnLocked(key, t)
+			if cs.txns.timedOut == nil || len(cs.txns.timedOut) >= maxTimedOutIDs {
+				cs.txns.timedOut = make(map[string]bool)
+			}
+			cs.txns.timedOut[key] = true
+		}
+	})
+	cs.txns.open[key] = t
+	d.Settle(&frames.Declared{TxnID: id})
+}
+
+// endTxnLocked forgets a transaction that did not commit. Its
+// dispositions stay unsettled: their locks are still held, and the client
+// may settle them again. Callers hold cs.mu.
+func (cs *connState) endTxnLocked(key string, t *txn) {
+	t.timer.Stop()
+	delete(cs.txns.open, key)
+}
+
+// unknownTxn is the error for a txn-id the connection does not hold.
+func (cs *connState) unknownTxn(id []byte) *frames.Error {
+	if cs.txns.timedOut[string(id)] {
+		return &frames.Error{Condition: condTxnTimeout, Description: fmt.Sprintf("transaction %x ran out (%v) and was rolled back", id, txnTimeout)}
+	}
+	return &frames.Error{Condition: condTxnUnknown, Description: fmt.Sprintf("transaction %x is unknown or already discharged", id)}
+}
+
+func (cl *coordinatorLink) discharge(d transport.Delivery, dis frames.Discharge) {
+	cs := cl.cs
+	key := string(dis.TxnID)
+	cs.mu.Lock()
+	t := cs.txns.open[key]
+	if t == nil || t.discharging {
+		ferr := cs.unknownTxn(dis.TxnID)
+		cs.mu.Unlock()
+		d.Settle(&frames.Rejected{Error: ferr})
+		return
+	}
+	if dis.Fail || t.e == nil {
+		// A roll back always succeeds (AMQP 1.0 §4.3); so does a commit of
+		// nothing.
+		cs.endTxnLocked(key, t)
+		cs.mu.Unlock()
+		d.Settle(&frames.Accepted{})
+		return
+	}
+	t.discharging = true
+	t.timer.Stop()
+	cs.mu.Unlock()
+	t.e.Commit(t.work, func(err error) {
+		// On the entity's actor or log writer: nothing here waits.
+		cs.mu.Lock()
+		delete(cs.txns.open, key)
+		cs.mu.Unlock()
+		if err != nil {
+			d.Settle(&frames.Rejected{Error: &frames.Error{Condition: condTxnRollback,
+				Description: fmt.Sprintf("the transaction was rolled back: %s", describe(err))}})
+			return
+		}
+		for _, td := range t.settled {
+			td.rl.forget(td.id)
+			if !td.settled {
+				td.rl.l.Settle(td.id, td.state)
+			}
+		}
+		d.Settle(&frames.Accepted{})
+	})
+}
+
+// joinTxn finds the open transaction id names for work on e, which
+// becomes its entity if it has none: the error to answer with, or nil
+// with cs.mu held (the caller adds its work and unlocks).
+func (cs *connState) joinTxn(id []byte, e *broker.Entity, ops int) (*txn, *frames.Error) {
+	cs.mu.Lock()
+	t := cs.txns.open[string(id)]
+	var ferr *frames.Error
+	switch {
+	case t == nil || t.discharging:
+		ferr = cs.unknownTxn(id)
+	case t.e != nil && t.e != e:
+		ferr = &frames.Error{Condition: condNotAllowed, Description: txnSpanText}
+	case t.work.Ops()+ops > broker.MaxTxOps:
+		ferr = &frames.Error{Condition: condResourceLimit,
+			Description: fmt.Sprintf("a transaction holds at most %d operations", broker.MaxTxOps)}
+	}
+	if ferr != nil {
+		cs.mu.Unlock()
+		return nil, ferr
+	}
+	t.e = e
+	return t, nil
+}
+
+// txnSend adds a transactional transfer's messages to its transaction and
+// gives the provisional outcome (AMQP 1.0 §4.4.1): accepted, to take
+// effect at commit.
+func (sl *senderLink) txnSend(d transport.Delivery, ts *frames.TransactionalState, msgs []broker.Message) {
+	t, ferr := sl.cs.joinTxn(ts.TxnID, sl.e, len(msgs))
+	if ferr != nil {
+		d.Settle(&frames.Rejected{Error: ferr})
+		return
+	}
+	t.work.Sends = append(t.work.Sends, broker.TxSend{Queue: sl.queue, Messages: msgs})
+	sl.cs.mu.Unlock()
+	d.Settle(&frames.TransactionalState{TxnID: bytes.Clone(ts.TxnID), Outcome: &frames.Accepted{}})
+}
+
+// txnSettle adds a transactional disposition to its transaction; the lock
+// stays held until the commit settles it.
+func (rl *receiverLink) txnSettle(id uint32, token broker.LockToken, ts *frames.TransactionalState, settled bool) {
+	answer := func(ferr *frames.Error) {
+		if !settled {
+			rl.l.Settle(id, &frames.Rejected{Error: ferr})
+		}
+	}
+	s, err := settlement(ts.Outcome)
+	if err != nil {
+		answer(linkError(err))
+		return
+	}
+	s.Token = token
+	t, ferr := rl.cs.joinTxn(ts.TxnID, rl.e, 1)
+	if ferr != nil {
+		answer(ferr)
+		return
+	}
+	t.work.Settles = append(t.work.Settles, broker.TxSettle{Queue: rl.queue, Settlement: s})
+	state := &frames.TransactionalState{TxnID: bytes.Clone(ts.TxnID), Outcome: ts.Outcome}
+	if _, deadLettered := ts.Outcome.(*frames.Rejected); deadLettered {
+		state.Outcome = &frames.Rejected{} // as a plain settlement answers it
+	}
+	t.settled = append(t.settled, txnDisposition{rl: rl, id: id, state: state, settled: settled})
+	rl.cs.mu.Unlock()
+}
+
+// isTxn returns a delivery state's transaction, if it has one.
+func isTxn(state frames.DeliveryState) (*frames.TransactionalState, bool) {
+	ts, ok := state.(*frames.TransactionalState)
+	return ts, ok && ts != nil
+}

@@ -1,0 +1,310 @@
+package amqpserver
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walbus/walbus/amqpserver/encoding"
+	"github.com/walbus/walbus/amqpserver/frames"
+	"github.com/walbus/walbus/broker"
+)
+
+// txnClient is a frame client with a coordinator link on handle 0.
+type txnClient struct {
+	*frameClient
+	sent uint32                // deliveries sent: the session's next delivery-id
+	seen []*frames.Disposition // dispositions read and not yet asked for
+}
+
+func dialTxn(t *testing.T, addr string) *txnClient {
+	t.Helper()
+	c := &txnClient{frameClient: dialFrames(t, addr)}
+	c.send(0, &frames.Attach{Name: "txn-ctrl", Handle: 0, Role: frames.RoleSender,
+		Source:      &frames.Source{},
+		Coordinator: &frames.Coordinator{Capabilities: []encoding.Symbol{"amqp:local-transactions"}}}, nil)
+	if a := expectFrame[*frames.Attach](c.frameClient); a.Coordinator == nil {
+		t.Fatalf("coordinator refused: %+v", a)
+	}
+	expectFrame[*frames.Flow](c.frameClient)
+	return c
+}
+
+// controlMessage is a message whose body is the amqp-value v.
+func controlMessage(v interface{ AppendTo([]byte) []byte }) []byte {
+	return v.AppendTo([]byte{0x00, 0x53, 0x77})
+}
+
+// dataMessage is a message with one data section.
+func dataMessage(body string) []byte {
+	return encoding.AppendBinary([]byte{0x00, 0x53, 0x75}, []byte(body))
+}
+
+// transfer sends one unsettled delivery on handle and returns its id.
+func (c *txnClient) transfer(handle uint32, state frames.DeliveryState, payload []byte) uint32 {
+	id := c.sent
+	c.sent++
+	c.send(0, &frames.Transfer{Handle: handle, DeliveryID: frames.Some(id), DeliveryTag: []byte(fmt.Sprint(id)),
+		MessageFormat: frames.Some[uint32](0), State: state}, payload)
+	return id
+}
+
+// outcome waits for our disposition of delivery id, which we sent, and
+// returns its state.
+func (c *txnClient) outcome(id uint32) frames.DeliveryState {
+	c.t.Helper()
+	return c.disposition(frames.RoleReceiver, id)
+}
+
+// disposition returns the state of the server's disposition of delivery
+// id in the role given (receiver: of one we sent; sender: of one it
+// sent), waiting for it unless it came already.
+func (c *txnClient) disposition(role frames.Role, id uint32) frames.DeliveryState {
+	c.t.Helper()
+	for i := 0; ; i++ {
+		if i == len(c.seen) {
+			p, _ := c.frameClient.next()
+			d, ok := p.(*frames.Disposition)
+			if !ok {
+				i--
+				continue
+			}
+			c.seen = append(c.seen, d)
+		}
+		if d := c.seen[i]; d.Role == role && d.First <= id && id <= d.LastID() {
+			c.seen = append(c.seen[:i], c.seen[i+1:]...)
+			return d.State
+		}
+	}
+}
+
+// declare declares a transaction and returns its id.
+func (c *txnClient) declare() []byte {
+	c.t.Helper()
+	d, ok := c.outcome(c.transfer(0, nil, controlMessage(&frames.Declare{}))).(*frames.Declared)
+	if !ok || len(d.TxnID) == 0 {
+		c.t.Fatalf("declare answered %+v", d)
+	}
+	return d.TxnID
+}
+
+// discharge ends txn and returns the outcome.
+func (c *txnClient) discharge(txn []byte, fail bool) frames.DeliveryState {
+	c.t.Helper()
+	return c.outcome(c.transfer(0, nil, controlMessage(&frames.Discharge{TxnID: txn, Fail: fail})))
+}
+
+// attachSender attaches a sending link to address on handle.
+func (c *txnClient) attachSender(handle uint32, address string) {
+	c.t.Helper()
+	c.send(0, &frames.Attach{Name: "s-" + address, Handle: handle, Role: frames.RoleSender,
+		Source: &frames.Source{}, Target: &frames.Target{Address: address}}, nil)
+	if a := expectFrame[*frames.Attach](c.frameClient); a.Target == nil {
+		c.t.Fatalf("sender to %s refused", address)
+	}
+	expectFrame[*frames.Flow](c.frameClient)
+}
+
+// rejectedWith checks that s is a rejection with condition cond.
+func rejectedWith(t *testing.T, s frames.DeliveryState, cond string) {
+	t.Helper()
+	r, ok := s.(*frames.Rejected)
+	if !ok || r.Error == nil || string(r.Error.Condition) != cond {
+		t.Fatalf("outcome %+v, want rejected with %s", s, cond)
+	}
+}
+
+// Sends in a transaction are accepted provisionally and enqueued only at
+// commit; a roll back leaves nothing; discharging an unknown or finished
+// transaction, or sending in one, gets amqp:transaction:unknown-id.
+func TestTransactionalSends(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	e, _ := b.Entity("q1")
+	c := dialTxn(t, addr)
+	c.attachSender(1, "q1")
+
+	count := func() uint64 {
+		t.Helper()
+		if err := e.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := e.Counts(broker.MainQueue)
+		return n.Total
+	}
+	txn := c.declare()
+	for i := range 3 {
+		s, ok := c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: txn}, dataMessage(fmt.Sprint("m", i)))).(*frames.TransactionalState)
+		if !ok || string(s.TxnID) != string(txn) {
+			t.Fatalf("provisional outcome %+v", s)
+		}
+		if _, accepted := s.Outcome.(*frames.Accepted); !accepted {
+			t.Fatalf("provisional outcome %+v, want accepted", s.Outcome)
+		}
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d messages before the commit", n)
+	}
+	if _, ok := c.discharge(txn, false).(*frames.Accepted); !ok {
+		t.Fatal("commit refused")
+	}
+	if n := count(); n != 3 {
+		t.Fatalf("%d messages after the commit, want 3", n)
+	}
+	rejectedWith(t, c.discharge(txn, false), condTxnUnknown)
+	rejectedWith(t, c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: txn}, dataMessage("late"))), condTxnUnknown)
+
+	rolled := c.declare()
+	c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: rolled}, dataMessage("rolled back")))
+	if _, ok := c.discharge(rolled, true).(*frames.Accepted); !ok {
+		t.Fatal("roll back refused")
+	}
+	if n := count(); n != 3 {
+		t.Fatalf("%d messages after a roll back, want 3", n)
+	}
+	rejectedWith(t, c.discharge([]byte("never declared"), false), condTxnUnknown)
+}
+
+// A transaction works on one entity: work on a second is refused with
+// Service Bus's text, and the commit does the rest. Detaching the
+// coordinator rolls back what it did not discharge.
+func TestTransactionSpansOneEntity(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	if _, err := b.CreateQueue("q2", broker.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	q1, _ := b.Entity("q1")
+	q2, _ := b.Entity("q2")
+	c := dialTxn(t, addr)
+	c.attachSender(1, "q1")
+	c.attachSender(2, "q2")
+	txn := c.declare()
+	c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: txn}, dataMessage("to q1")))
+	s := c.outcome(c.transfer(2, &frames.TransactionalState{TxnID: txn}, dataMessage("to q2")))
+	rejectedWith(t, s, condNotAllowed)
+	if !strings.Contains(s.(*frames.Rejected).Error.Description, "cannot span multiple top-level entities") {
+		t.Fatalf("span refused with %q", s.(*frames.Rejected).Error.Description)
+	}
+	if _, ok := c.discharge(txn, false).(*frames.Accepted); !ok {
+		t.Fatal("commit refused")
+	}
+	q1.Sync()
+	n1, _ := q1.Counts(broker.MainQueue)
+	n2, _ := q2.Counts(broker.MainQueue)
+	if n1.Total != 1 || n2.Total != 0 {
+		t.Fatalf("q1 %d, q2 %d after the commit; want 1 and 0", n1.Total, n2.Total)
+	}
+
+	// Undischarged work goes with the coordinator link.
+	open := c.declare()
+	c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: open}, dataMessage("never committed")))
+	c.send(0, &frames.Detach{Handle: 0, Closed: true}, nil)
+	expectFrame[*frames.Detach](c.frameClient)
+	q1.Sync()
+	if n, _ := q1.Counts(broker.MainQueue); n.Total != 1 {
+		t.Fatalf("q1 holds %d after the coordinator detached with a transaction open, want 1", n.Total)
+	}
+}
+
+// A settlement in a transaction keeps the lock until the commit, which
+// completes the message; a commit whose lock is gone is rolled back as a
+// whole, sends included.
+func TestTransactionalSettlement(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	e, _ := b.Entity("q1")
+	sendSync := func(body string) {
+		t.Helper()
+		done := make(chan error, 1)
+		e.Send(broker.MainQueue, []broker.Message{{Body: dataMessage(body)}}, func(err error) { done <- err })
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	sendSync("first")
+	c := dialTxn(t, addr)
+	c.attachSender(1, "q1")
+	c.attachJS(2, "r", "q1", false)
+	c.flow(2, 0, 1, false)
+	var delivery uint32
+	for {
+		p, _ := c.frameClient.next()
+		if tr, ok := p.(*frames.Transfer); ok {
+			delivery = tr.DeliveryID.Or(0)
+			break
+		}
+	}
+	txn := c.declare()
+	c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: txn}, dataMessage("reply")))
+	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: delivery,
+		State: &frames.TransactionalState{TxnID: txn, Outcome: &frames.Accepted{}}}, nil)
+	e.Sync()
+	if n, _ := e.Counts(broker.MainQueue); n.Total != 1 || n.Locked != 1 {
+		t.Fatalf("before the commit: %+v, want the first message, locked", n)
+	}
+	if _, ok := c.discharge(txn, false).(*frames.Accepted); !ok {
+		t.Fatal("commit refused")
+	}
+	// The commit settles the disposition the receiver left unsettled.
+	if s, ok := c.disposition(frames.RoleSender, delivery).(*frames.TransactionalState); !ok || string(s.TxnID) != string(txn) {
+		t.Fatalf("the delivery was settled with %+v", s)
+	}
+	e.Sync()
+	peek, _ := e.Peek(broker.MainQueue, 1, 10, "")
+	if len(peek) != 1 || !strings.Contains(string(peek[0].Message), "reply") {
+		t.Fatalf("after the commit the queue holds %d messages, want the reply alone", len(peek))
+	}
+}
+
+// A commit whose settlement can no longer be done (the lock ran out) is
+// refused with amqp:transaction:rollback, and none of its work happens.
+// Declares must be sent unsettled.
+func TestTransactionRolledBackWhenTheLockIsGone(t *testing.T) {
+	clock := broker.NewFakeClock(time.Now())
+	b, addr := startRawWith(t, Config{}, broker.Options{Clock: clock})
+	e, _ := b.Entity("q1")
+	done := make(chan error, 1)
+	e.Send(broker.MainQueue, []broker.Message{{Body: dataMessage("first")}}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c := dialTxn(t, addr)
+	c.attachSender(1, "q1")
+	c.attachJS(2, "r", "q1", false)
+	c.flow(2, 0, 1, false)
+	var delivery uint32
+	for {
+		p, _ := c.frameClient.next()
+		if tr, ok := p.(*frames.Transfer); ok {
+			delivery = tr.DeliveryID.Or(0)
+			break
+		}
+	}
+	txn := c.declare()
+	c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: txn}, dataMessage("reply")))
+	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: delivery, Settled: true,
+		State: &frames.TransactionalState{TxnID: txn, Outcome: &frames.Accepted{}}}, nil)
+	clock.Advance(2 * time.Minute) // past the lock
+	s := c.discharge(txn, false)
+	rejectedWith(t, s, condTxnRollback)
+	if !strings.Contains(s.(*frames.Rejected).Error.Description, "lock") {
+		t.Fatalf("rolled back with %q", s.(*frames.Rejected).Error.Description)
+	}
+	e.Sync()
+	peek, _ := e.Peek(broker.MainQueue, 1, 10, "")
+	if len(peek) != 1 || !strings.Contains(string(peek[0].Message), "first") {
+		t.Fatalf("after a rolled-back commit the queue holds %d messages, want the first alone", len(peek))
+	}
+
+	// A pre-settled declare ends the coordinator link.
+	c.send(0, &frames.Transfer{Handle: 0, DeliveryID: frames.Some(c.sent), DeliveryTag: []byte("x"),
+		MessageFormat: frames.Some[uint32](0), Settled: true}, controlMessage(&frames.Declare{}))
+	for {
+		p, _ := c.frameClient.next()
+		if d, ok := p.(*frames.Detach); ok {
+			if d.Handle != 0 || d.Error == nil || d.Error.Condition != "amqp:illegal-state" {
+				t.Fatalf("detach %+v", d)
+			}
+			break
+		}
+	}
+}
