@@ -21,11 +21,15 @@ func TestParseDuration(t *testing.T) {
 		{"P1DT2H3M4.5S", day + 2*time.Hour + 3*time.Minute + 4500*time.Millisecond},
 		{"P1DT0.0005S", day + 500*time.Microsecond}, // Python's isodate
 		{"PT0.5S", 500 * time.Millisecond},
+		{"PT.5S", 500 * time.Millisecond}, // XmlConvert reads a fraction without its whole part,
+		{"PT1.S", time.Second},            // or with nothing after the point
+		{"P1Y", 365 * 24 * time.Hour},
 		{"PT0.0000001S", 100 * time.Nanosecond},
 		{"PT1.23456789S", 1234567800 * time.Nanosecond}, // below a tick is dropped
 		{"PT0S", 0},
 		{"P0D", 0},
-		{"P1Y", 365 * day}, // XmlConvert's year and month
+		{"P12M", 365 * day}, // XmlConvert's year and month: twelve months are a year
+		{"P13M", 365*day + 30*day},
 		{"P1M", 30 * day},
 		{"P1Y2M3DT4H5M6S", 365*day + 60*day + 3*day + 4*time.Hour + 5*time.Minute + 6*time.Second},
 		{"PT36H", 36 * time.Hour},
@@ -44,7 +48,7 @@ func TestParseDuration(t *testing.T) {
 
 func TestParseDurationErrors(t *testing.T) {
 	for _, in := range []string{
-		"", "P", "PT", "1M", "T1M", "P1DT", "PT1.S", "PT.5S", "P1H", "PT1D", "P1D1D", "PT1S1M", "P1.5D",
+		"", "P", "PT", "1M", "T1M", "P1DT", "P1H", "PT1D", "P1D1D", "PT1S1M", "P1.5D",
 		"PT1M1M", "P-1D", "PT+1S", "P1DTT1H", "PT1Mx", "PT5", "p1d", "P10675199DT2H48M5.4775808S",
 		"P99999999999999999999D", "-P10675199DT2H48M5.4775809S", "-P200000D", "P1 D",
 	} {

@@ -317,6 +317,8 @@ func validateNamespaceName(name string) error {
 
 func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
 func validateSubscriptionName(name string) error {
 	if err := broker.ValidateName(name); err != nil {
 		return err
