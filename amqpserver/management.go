@@ -235,34 +235,10 @@ func (t *mgmtTarget) sessionOp(op string, req *rpcRequest, body encoding.Map, re
 // updateDisposition settles messages by lock token (deferred messages, and
 // settlement after the receive link is gone).
 func (t *mgmtTarget) updateDisposition(body encoding.Map, reply func(rpcResponse)) {
-	tokens, err := uuids(body, "lock-tokens")
+	tokens, s, err := dispositionRequest(body)
 	if err != nil {
 		reply(failure(err))
 		return
-	}
-	v, _ := body.Get("disposition-status")
-	status, _ := v.(string)
-	s := broker.Settlement{}
-	switch status {
-	case "completed":
-		s.Outcome = broker.Complete
-	case "abandoned":
-		s.Outcome = broker.Abandon
-	case "suspended":
-		s.Outcome = broker.DeadLetter
-	case "defered", "deferred":
-		s.Outcome = broker.Defer
-	default:
-		reply(failure(fmt.Errorf("%w: disposition-status %q", broker.ErrInvalid, status)))
-		return
-	}
-	s.Reason = stringOf(body, "deadletter-reason")
-	s.Description = stringOf(body, "deadletter-description")
-	if props, found := body.Get("properties-to-modify"); found && props != nil {
-		if s.Props, err = encoding.AppendAny(nil, props); err != nil {
-			reply(failure(fmt.Errorf("%w: properties-to-modify: %v", broker.ErrInvalid, err)))
-			return
-		}
 	}
 	var mu sync.Mutex
 	left, first := len(tokens), error(nil)
@@ -287,6 +263,38 @@ func (t *mgmtTarget) updateDisposition(body encoding.Map, reply func(rpcResponse
 			}
 		})
 	}
+}
+
+// dispositionRequest reads an update-disposition request: the lock tokens
+// and the settlement for each.
+func dispositionRequest(body encoding.Map) ([]broker.LockToken, broker.Settlement, error) {
+	s := broker.Settlement{}
+	tokens, err := uuids(body, "lock-tokens")
+	if err != nil {
+		return nil, s, err
+	}
+	v, _ := body.Get("disposition-status")
+	status, _ := v.(string)
+	switch status {
+	case "completed":
+		s.Outcome = broker.Complete
+	case "abandoned":
+		s.Outcome = broker.Abandon
+	case "suspended":
+		s.Outcome = broker.DeadLetter
+	case "defered", "deferred":
+		s.Outcome = broker.Defer
+	default:
+		return nil, s, fmt.Errorf("%w: disposition-status %q", broker.ErrInvalid, status)
+	}
+	s.Reason = stringOf(body, "deadletter-reason")
+	s.Description = stringOf(body, "deadletter-description")
+	if props, found := body.Get("properties-to-modify"); found && props != nil {
+		if s.Props, err = encoding.AppendAny(nil, props); err != nil {
+			return nil, s, fmt.Errorf("%w: properties-to-modify: %v", broker.ErrInvalid, err)
+		}
+	}
+	return tokens, s, nil
 }
 
 // batchDelete removes up to message-count messages enqueued before

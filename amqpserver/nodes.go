@@ -1,6 +1,7 @@
 package amqpserver
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"strings"
@@ -93,7 +94,15 @@ func (rl *requestLink) Deliver(d transport.Delivery) {
 		d.Settle(&frames.Rejected{Error: &frames.Error{Condition: condDecodeError, Description: err.Error()}})
 		return
 	}
-	d.Settle(&frames.Accepted{})
+	ts, inTxn := isTxn(d.State)
+	if inTxn && rl.mgmt != nil {
+		// A management request in a transaction (AMQP 1.0 §4.4.1): its
+		// transfer gets the provisional outcome, its work waits for the
+		// commit.
+		d.Settle(&frames.TransactionalState{TxnID: bytes.Clone(ts.TxnID), Outcome: &frames.Accepted{}})
+	} else {
+		d.Settle(&frames.Accepted{})
+	}
 	reply := func(resp rpcResponse) { rl.cs.respond(d.Link, &req, resp) }
 	if rl.mgmt == nil {
 		if op := req.prop("operation"); op != "put-token" {
@@ -119,6 +128,10 @@ func (rl *requestLink) Deliver(d transport.Delivery) {
 				description: fmt.Sprintf("Unauthorized access. '%s' claim(s) are required to perform this operation.", need)})
 			return
 		}
+	}
+	if inTxn {
+		rl.cs.txnRequest(rl.mgmt, ts.TxnID, &req, reply)
+		return
 	}
 	rl.mgmt.handle(&req, reply)
 }

@@ -301,6 +301,43 @@ func (rl *receiverLink) txnSettle(id uint32, token broker.LockToken, ts *frames.
 	rl.cs.mu.Unlock()
 }
 
+// txnRequest runs a management request sent in a transaction. Settling
+// by lock token joins the transaction; reading operations (peek, renew,
+// session state) and receiving deferred messages change nothing a roll
+// back would undo and run as they are; the others (scheduling, whose
+// answer names SequenceNumbers only a commit assigns) cannot yet be part
+// of one.
+func (cs *connState) txnRequest(t *mgmtTarget, id []byte, req *rpcRequest, reply func(rpcResponse)) {
+	switch op := req.prop("operation"); op {
+	case "com.microsoft:update-disposition":
+		tokens, s, err := dispositionRequest(req.bodyMap())
+		if err != nil {
+			reply(failure(err))
+			return
+		}
+		txn, ferr := cs.joinTxn(id, t.e, len(tokens))
+		if ferr != nil {
+			reply(rpcResponse{status: 400, condition: string(ferr.Condition), description: ferr.Description})
+			return
+		}
+		for _, tok := range tokens {
+			s.Token = tok
+			txn.work.Settles = append(txn.work.Settles, broker.TxSettle{Queue: t.queue, Settlement: s})
+		}
+		cs.mu.Unlock()
+		reply(ok(200, nil))
+	case "com.microsoft:peek-message", "com.microsoft:renew-lock", "com.microsoft:renew-session-lock",
+		"com.microsoft:get-session-state", "com.microsoft:enumerate-rules", "com.microsoft:get-message-sessions",
+		"com.microsoft:receive-by-sequence-number":
+		// A receive takes locks, which a transaction's settlements then
+		// end; the rest read.
+		t.handle(req, reply)
+	default:
+		reply(rpcResponse{status: 501, condition: condNotImplemented,
+			description: fmt.Sprintf("operation %q is not supported in a transaction", op)})
+	}
+}
+
 // isTxn returns a delivery state's transaction, if it has one.
 func isTxn(state frames.DeliveryState) (*frames.TransactionalState, bool) {
 	ts, ok := state.(*frames.TransactionalState)

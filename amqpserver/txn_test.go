@@ -1,6 +1,7 @@
 package amqpserver
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,11 +12,18 @@ import (
 	"github.com/walbus/walbus/broker"
 )
 
+// heldFrame is a frame read while looking for a disposition.
+type heldFrame struct {
+	p       frames.Performative
+	payload []byte
+}
+
 // txnClient is a frame client with a coordinator link on handle 0.
 type txnClient struct {
 	*frameClient
 	sent uint32                // deliveries sent: the session's next delivery-id
 	seen []*frames.Disposition // dispositions read and not yet asked for
+	held []heldFrame           // other frames read meanwhile
 }
 
 func dialTxn(t *testing.T, addr string) *txnClient {
@@ -64,9 +72,10 @@ func (c *txnClient) disposition(role frames.Role, id uint32) frames.DeliveryStat
 	c.t.Helper()
 	for i := 0; ; i++ {
 		if i == len(c.seen) {
-			p, _ := c.frameClient.next()
+			p, payload := c.frameClient.next()
 			d, ok := p.(*frames.Disposition)
 			if !ok {
+				c.held = append(c.held, heldFrame{p, bytes.Clone(payload)})
 				i--
 				continue
 			}
@@ -77,6 +86,17 @@ func (c *txnClient) disposition(role frames.Role, id uint32) frames.DeliveryStat
 			return d.State
 		}
 	}
+}
+
+// frame returns the next frame other than the dispositions disposition
+// looks for.
+func (c *txnClient) frame() (frames.Performative, []byte) {
+	if len(c.held) > 0 {
+		f := c.held[0]
+		c.held = c.held[1:]
+		return f.p, f.payload
+	}
+	return c.frameClient.next()
 }
 
 // declare declares a transaction and returns its id.
@@ -306,5 +326,64 @@ func TestTransactionRolledBackWhenTheLockIsGone(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// Settling by lock token through $management in a transaction waits for
+// the commit, as a transactional disposition does.
+func TestTransactionalSettleByLockToken(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	e, _ := b.Entity("q1")
+	done := make(chan error, 1)
+	e.Send(broker.MainQueue, []broker.Message{{Body: dataMessage("first")}}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c := dialTxn(t, addr)
+	c.attachJS(2, "r", "q1", false)
+	c.flow(2, 0, 1, false)
+	var token encoding.UUID
+	for {
+		p, _ := c.frameClient.next()
+		if tr, ok := p.(*frames.Transfer); ok {
+			lock, _ := tokenFromTag(tr.DeliveryTag) // the tag is in .NET GUID order
+			token = encoding.UUID(lock)
+			break
+		}
+	}
+	c.attachSender(3, "q1/$management")
+	c.attachJS(4, "replies", "q1/$management", false)
+	c.flow(4, 0, 10, false)
+	txn := c.declare()
+	req := encodeRequest(encoding.Map{{Key: "operation", Value: "com.microsoft:update-disposition"}},
+		encoding.Map{{Key: "lock-tokens", Value: encoding.Array{Code: encoding.CodeUUID, Elements: []any{token}}},
+			{Key: "disposition-status", Value: "completed"}})
+	if s, ok := c.outcome(c.transfer(3, &frames.TransactionalState{TxnID: txn}, req)).(*frames.TransactionalState); !ok || string(s.TxnID) != string(txn) {
+		t.Fatalf("the request's transfer was settled with %+v", s)
+	}
+	for {
+		// The response, on the reply link (under the server's handle).
+		p, payload := c.frame()
+		if _, ok := p.(*frames.Transfer); ok {
+			resp, err := parseRequest(payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, _ := resp.props.Get("statusCode"); v != int32(200) {
+				t.Fatalf("response %+v", resp.props)
+			}
+			break
+		}
+	}
+	e.Sync()
+	if n, _ := e.Counts(broker.MainQueue); n.Total != 1 || n.Locked != 1 {
+		t.Fatalf("before the commit: %+v, want the message, locked", n)
+	}
+	if _, ok := c.discharge(txn, false).(*frames.Accepted); !ok {
+		t.Fatal("commit refused")
+	}
+	e.Sync()
+	if n, _ := e.Counts(broker.MainQueue); n.Total != 0 {
+		t.Fatalf("after the commit: %+v, want the message completed", n)
 	}
 }
