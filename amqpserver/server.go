@@ -37,7 +37,10 @@ type Config struct {
 	// SessionWait is how long an accept-next-session waits when the client
 	// sends no com.microsoft:timeout. Default 60 s.
 	SessionWait time.Duration
-	Logger      *slog.Logger
+	// TxnTimeout rolls back a transaction not discharged this long after
+	// its declare. Default 2 minutes, as Service Bus.
+	TxnTimeout time.Duration
+	Logger     *slog.Logger
 	// Now is the clock tokens are checked against; default time.Now.
 	Now func() time.Time
 }
@@ -85,6 +88,9 @@ func New(b *broker.Broker, cfg Config) *Server {
 	}
 	if cfg.SessionWait <= 0 {
 		cfg.SessionWait = time.Minute
+	}
+	if cfg.TxnTimeout <= 0 {
+		cfg.TxnTimeout = 2 * time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -26,10 +26,9 @@ const (
 	condTxnTimeout  = "amqp:transaction:timeout"
 )
 
-// Service Bus's limits: a transaction lasts at most two minutes; a
-// connection may have a few open at once.
+// A connection may have this many transactions open at once, and
+// remembers up to as many that ran out (Config.TxnTimeout).
 const (
-	txnTimeout     = 2 * time.Minute
 	maxOpenTxns    = 1000
 	maxTimedOutIDs = 1000
 )
@@ -162,7 +161,7 @@ func (cl *coordinatorLink) declare(d transport.Delivery) {
 	t := &txn{id: id, ctrl: d.Link}
 	t.work.ID = id
 	key := string(id)
-	t.timer = time.AfterFunc(txnTimeout, func() {
+	t.timer = time.AfterFunc(cs.s.cfg.TxnTimeout, func() {
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
 		if cur := cs.txns.open[key]; cur == t && !t.discharging {
@@ -188,7 +187,7 @@ func (cs *connState) endTxnLocked(key string, t *txn) {
 // unknownTxn is the error for a txn-id the connection does not hold.
 func (cs *connState) unknownTxn(id []byte) *frames.Error {
 	if cs.txns.timedOut[string(id)] {
-		return &frames.Error{Condition: condTxnTimeout, Description: fmt.Sprintf("transaction %x ran out (%v) and was rolled back", id, txnTimeout)}
+		return &frames.Error{Condition: condTxnTimeout, Description: fmt.Sprintf("transaction %x ran out (%v) and was rolled back", id, cs.s.cfg.TxnTimeout)}
 	}
 	return &frames.Error{Condition: condTxnUnknown, Description: fmt.Sprintf("transaction %x is unknown or already discharged", id)}
 }

@@ -387,3 +387,20 @@ func TestTransactionalSettleByLockToken(t *testing.T) {
 		t.Fatalf("after the commit: %+v, want the message completed", n)
 	}
 }
+
+// A transaction not discharged within TxnTimeout is rolled back; its
+// discharge then says it ran out, and its work never happens.
+func TestTransactionTimeout(t *testing.T) {
+	b, addr := startRaw(t, Config{TxnTimeout: 20 * time.Millisecond})
+	e, _ := b.Entity("q1")
+	c := dialTxn(t, addr)
+	c.attachSender(1, "q1")
+	txn := c.declare()
+	c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: txn}, dataMessage("too late")))
+	time.Sleep(time.Second) // waiting for the timeout to pass, not timing anything
+	rejectedWith(t, c.discharge(txn, false), condTxnTimeout)
+	e.Sync()
+	if n, _ := e.Counts(broker.MainQueue); n.Total != 0 {
+		t.Fatalf("%d messages from a transaction that ran out", n.Total)
+	}
+}

@@ -110,9 +110,14 @@ class Broker:
         self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         log.close()
         want = re.compile(rf"msg=listening amqps={re.escape(host)}:5671")
+        plain = re.compile(rf"msg=listening amqp=({re.escape(host)}:\d+)")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if want.search(self._log_from(offset)):
+            logged = self._log_from(offset)
+            if want.search(logged) and plain.search(logged):
+                # The plain AMQP port, for clients other than the SDK
+                # (Qpid Proton in test_transactions.py).
+                self.amqp_addr = plain.search(logged).group(1)
                 return True
             if self.proc.poll() is not None:
                 self.proc = None
