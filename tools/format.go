@@ -297,6 +297,9 @@ func eventDetails(ev *event.Event, c eventContext) string {
 		return b.String()
 	case event.SubscriptionDeleted:
 		return b.String()
+	case event.Committed:
+		add("transaction", hex.EncodeToString(ev.State))
+		return b.String()
 	}
 	if hasMessage(ev.Type) {
 		if ev.MessageID != "" {
