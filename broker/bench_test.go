@@ -269,3 +269,68 @@ func BenchmarkRestartTopic100Subs(b *testing.B) {
 		b.ReportMetric(float64(len(raw)), "snapshot-raw-bytes")
 	}
 }
+
+// BenchmarkReceiveProcessSend: a message received, completed and a reply
+// sent, n at a time, as one transaction (Commit) or as the same work
+// without one (a settle and a send, each durable before the next round),
+// on a durable log (fsync per group commit):
+//
+//	go test ./broker -run '^$' -bench ReceiveProcessSend -benchtime 2000x
+func BenchmarkReceiveProcessSend(b *testing.B) {
+	for _, n := range []int{1, 10} {
+		for _, txn := range []bool{true, false} {
+			name := fmt.Sprintf("n=%d/plain", n)
+			if txn {
+				name = fmt.Sprintf("n=%d/transaction", n)
+			}
+			b.Run(name, func(b *testing.B) {
+				br, _, err := Open(Options{Dir: b.TempDir(), IdleCheckpoint: -1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer br.Close()
+				e, err := br.CreateQueue("q", projection.DefaultConfig())
+				if err != nil {
+					b.Fatal(err)
+				}
+				body := make([]byte, 1024)
+				got := make(chan Delivery, n)
+				r, err := e.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { got <- d }})
+				if err != nil {
+					b.Fatal(err)
+				}
+				sendBacklog(b, e, 1000) // the replies keep it going
+				b.ResetTimer()
+				var limit uint64
+				for range b.N {
+					limit += uint64(n)
+					r.SetLimit(limit)
+					var tx Transaction
+					for range n {
+						d := <-got
+						tx.Settles = append(tx.Settles, TxSettle{Settlement: Settlement{Token: d.Token, Outcome: projection.Complete}})
+						tx.Sends = append(tx.Sends, TxSend{Messages: []projection.Message{{Body: body}}})
+					}
+					done := make(chan error, 2*n)
+					if txn {
+						e.Commit(tx, func(err error) { done <- err })
+						if err := <-done; err != nil {
+							b.Fatal(err)
+						}
+						continue
+					}
+					for i := range n {
+						e.Settle(event.MainQueue, tx.Settles[i].Settlement, func(err error) { done <- err })
+						e.Send(event.MainQueue, tx.Sends[i].Messages, func(err error) { done <- err })
+					}
+					for range 2 * n {
+						if err := <-done; err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rounds/s")
+			})
+		}
+	}
+}
