@@ -42,6 +42,13 @@ func (cs *connState) authorize(l *transport.Link, address string, right sas.Righ
 // attachSender accepts a link on which the client sends to a queue or a
 // topic.
 func (cs *connState) attachSender(l *transport.Link, address string) {
+	if _, via := l.PeerAttach().Properties.Get(transferDestinationProp); via {
+		// Send-via: messages for another entity through this one, at the
+		// commit of a transaction. Refused rather than delivered here.
+		l.Refuse(&frames.Error{Condition: condNotImplemented,
+			Description: "sending through a via-entity (" + transferDestinationProp + ") is not supported yet"})
+		return
+	}
 	e, queue, err := cs.resolve(address)
 	if err != nil {
 		l.Refuse(linkError(err))
@@ -112,11 +119,13 @@ func (sl *senderLink) Deliver(d transport.Delivery) {
 }
 
 // The session filter key and the descriptor the Go SDK wraps it in
-// (docs/compatibility.md §9).
+// (docs/compatibility.md §9), and the attach property of a sender through
+// a via-entity (§10).
 const (
-	sessionFilterKey   = "com.microsoft:session-filter"
-	lockedUntilUTCProp = "com.microsoft:locked-until-utc"
-	timeoutProp        = "com.microsoft:timeout"
+	transferDestinationProp = "com.microsoft:transfer-destination-address"
+	sessionFilterKey        = "com.microsoft:session-filter"
+	lockedUntilUTCProp      = "com.microsoft:locked-until-utc"
+	timeoutProp             = "com.microsoft:timeout"
 )
 
 // attachReceiver accepts a link on which the client receives from a queue,

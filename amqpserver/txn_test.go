@@ -404,3 +404,19 @@ func TestTransactionTimeout(t *testing.T) {
 		t.Fatalf("%d messages from a transaction that ran out", n.Total)
 	}
 }
+
+// A sender through a via-entity is refused, not served as a sender to the
+// via-entity itself.
+func TestSendViaRefused(t *testing.T) {
+	_, addr := startRaw(t, Config{})
+	c := dialFrames(t, addr)
+	c.send(0, &frames.Attach{Name: "via", Handle: 1, Role: frames.RoleSender, Source: &frames.Source{},
+		Target:     &frames.Target{Address: "q1"},
+		Properties: encoding.Map{{Key: encoding.Symbol(transferDestinationProp), Value: "q2"}}}, nil)
+	if a := expectFrame[*frames.Attach](c); a.Target != nil {
+		t.Fatalf("send-via accepted: %+v", a)
+	}
+	if d := expectFrame[*frames.Detach](c); d.Error == nil || d.Error.Condition != condNotImplemented {
+		t.Fatalf("detach %+v", d)
+	}
+}
