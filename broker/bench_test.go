@@ -273,7 +273,8 @@ func BenchmarkRestartTopic100Subs(b *testing.B) {
 // BenchmarkReceiveProcessSend: a message received, completed and a reply
 // sent, n at a time, as one transaction (Commit) or as the same work
 // without one (a settle and a send, each durable before the next round),
-// on a durable log (fsync per group commit):
+// on a durable log (fsync per group commit), with the process's CPU per
+// round:
 //
 //	go test ./broker -run '^$' -bench ReceiveProcessSend -benchtime 2000x
 func BenchmarkReceiveProcessSend(b *testing.B) {
@@ -301,6 +302,7 @@ func BenchmarkReceiveProcessSend(b *testing.B) {
 				}
 				sendBacklog(b, e, 1000) // the replies keep it going
 				b.ResetTimer()
+				cpu := cpuTime()
 				var limit uint64
 				for range b.N {
 					limit += uint64(n)
@@ -330,6 +332,7 @@ func BenchmarkReceiveProcessSend(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rounds/s")
+				b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/round")
 			})
 		}
 	}
