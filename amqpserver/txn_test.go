@@ -126,6 +126,27 @@ func (c *txnClient) attachSender(handle uint32, address string) {
 	expectFrame[*frames.Flow](c.frameClient)
 }
 
+// receiveFirst sends a message to q1 through the broker and receives it
+// on a peek-lock link on handle 2, as the JS SDK does: it returns the
+// delivery's id and its lock token.
+func (c *txnClient) receiveFirst(e *broker.Entity) (uint32, encoding.UUID) {
+	c.t.Helper()
+	done := make(chan error, 1)
+	e.Send(broker.MainQueue, []broker.Message{{Body: dataMessage("first")}}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		c.t.Fatal(err)
+	}
+	c.attachJS(2, "r", "q1", false)
+	c.flow(2, 0, 1, false)
+	for {
+		p, _ := c.frameClient.next()
+		if tr, ok := p.(*frames.Transfer); ok {
+			lock, _ := tokenFromTag(tr.DeliveryTag) // the tag is in .NET GUID order
+			return tr.DeliveryID.Or(0), encoding.UUID(lock)
+		}
+	}
+}
+
 // rejectedWith checks that s is a rejection with condition cond.
 func rejectedWith(t *testing.T, s frames.DeliveryState, cond string) {
 	t.Helper()
@@ -232,27 +253,9 @@ func TestTransactionSpansOneEntity(t *testing.T) {
 func TestTransactionalSettlement(t *testing.T) {
 	b, addr := startRaw(t, Config{})
 	e, _ := b.Entity("q1")
-	sendSync := func(body string) {
-		t.Helper()
-		done := make(chan error, 1)
-		e.Send(broker.MainQueue, []broker.Message{{Body: dataMessage(body)}}, func(err error) { done <- err })
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
-	sendSync("first")
 	c := dialTxn(t, addr)
 	c.attachSender(1, "q1")
-	c.attachJS(2, "r", "q1", false)
-	c.flow(2, 0, 1, false)
-	var delivery uint32
-	for {
-		p, _ := c.frameClient.next()
-		if tr, ok := p.(*frames.Transfer); ok {
-			delivery = tr.DeliveryID.Or(0)
-			break
-		}
-	}
+	delivery, _ := c.receiveFirst(e)
 	txn := c.declare()
 	c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: txn}, dataMessage("reply")))
 	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: delivery,
@@ -282,23 +285,9 @@ func TestTransactionRolledBackWhenTheLockIsGone(t *testing.T) {
 	clock := broker.NewFakeClock(time.Now())
 	b, addr := startRawWith(t, Config{}, broker.Options{Clock: clock})
 	e, _ := b.Entity("q1")
-	done := make(chan error, 1)
-	e.Send(broker.MainQueue, []broker.Message{{Body: dataMessage("first")}}, func(err error) { done <- err })
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	c := dialTxn(t, addr)
 	c.attachSender(1, "q1")
-	c.attachJS(2, "r", "q1", false)
-	c.flow(2, 0, 1, false)
-	var delivery uint32
-	for {
-		p, _ := c.frameClient.next()
-		if tr, ok := p.(*frames.Transfer); ok {
-			delivery = tr.DeliveryID.Or(0)
-			break
-		}
-	}
+	delivery, _ := c.receiveFirst(e)
 	txn := c.declare()
 	c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: txn}, dataMessage("reply")))
 	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: delivery, Settled: true,
@@ -334,23 +323,8 @@ func TestTransactionRolledBackWhenTheLockIsGone(t *testing.T) {
 func TestTransactionalSettleByLockToken(t *testing.T) {
 	b, addr := startRaw(t, Config{})
 	e, _ := b.Entity("q1")
-	done := make(chan error, 1)
-	e.Send(broker.MainQueue, []broker.Message{{Body: dataMessage("first")}}, func(err error) { done <- err })
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	c := dialTxn(t, addr)
-	c.attachJS(2, "r", "q1", false)
-	c.flow(2, 0, 1, false)
-	var token encoding.UUID
-	for {
-		p, _ := c.frameClient.next()
-		if tr, ok := p.(*frames.Transfer); ok {
-			lock, _ := tokenFromTag(tr.DeliveryTag) // the tag is in .NET GUID order
-			token = encoding.UUID(lock)
-			break
-		}
-	}
+	_, token := c.receiveFirst(e)
 	c.attachSender(3, "q1/$management")
 	c.attachJS(4, "replies", "q1/$management", false)
 	c.flow(4, 0, 10, false)
