@@ -394,3 +394,36 @@ func TestSendViaRefused(t *testing.T) {
 		t.Fatalf("detach %+v", d)
 	}
 }
+
+// A transaction holds at most 100 operations: the 101st is rejected with
+// amqp:resource-limit-exceeded and the commit does the 100. A disposition
+// in a transaction the connection does not hold is rejected with
+// amqp:transaction:unknown-id, and its lock stays.
+func TestTransactionLimits(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	e, _ := b.Entity("q1")
+	c := dialTxn(t, addr)
+	c.attachSender(1, "q1")
+	delivery, _ := c.receiveFirst(e)
+	txn := c.declare()
+	for i := range broker.MaxTxOps {
+		if _, ok := c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: txn}, dataMessage(fmt.Sprint(i)))).(*frames.TransactionalState); !ok {
+			t.Fatalf("send %d refused", i)
+		}
+	}
+	rejectedWith(t, c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: txn}, dataMessage("one too many"))), condResourceLimit)
+	if _, ok := c.discharge(txn, false).(*frames.Accepted); !ok {
+		t.Fatal("commit refused")
+	}
+	e.Sync()
+	if n, _ := e.Counts(broker.MainQueue); n.Total != 1+broker.MaxTxOps {
+		t.Fatalf("%d messages after the commit, want the first and %d", n.Total, broker.MaxTxOps)
+	}
+
+	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: delivery,
+		State: &frames.TransactionalState{TxnID: []byte("nobody's"), Outcome: &frames.Accepted{}}}, nil)
+	rejectedWith(t, c.disposition(frames.RoleSender, delivery), condTxnUnknown)
+	if n, _ := e.Counts(broker.MainQueue); n.Locked != 1 {
+		t.Fatalf("after a disposition in an unknown transaction: %+v, want the first still locked", n)
+	}
+}
