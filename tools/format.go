@@ -53,8 +53,10 @@ type EventRecord struct {
 	RememberedUntil string `json:"remembered_until,omitempty"`
 	// Transaction is the id of the transaction a committed event closes
 	// (the events before it in its atomic group), in hex.
-	Transaction string          `json:"transaction,omitempty"`
-	Spec        json.RawMessage `json:"spec,omitempty"` // entity, subscription and rule events: the recorded definition
+	Transaction string `json:"transaction,omitempty"`
+	// TransactionEvents is how many events before it the commit held.
+	TransactionEvents uint64          `json:"transaction_events,omitempty"`
+	Spec              json.RawMessage `json:"spec,omitempty"` // entity, subscription and rule events: the recorded definition
 	// Routes are the subscriptions a published message reached as sent
 	// (copies made by rule actions are copied events of their own).
 	Routes []string     `json:"routes,omitempty"`
@@ -126,6 +128,9 @@ type eventContext struct {
 	deliveries int    // -1: not derivable
 	bodies     bool
 	bodyMax    int
+	// group is, for a committed event, how many events of its atomic
+	// group came before it (the transaction's work); 0 if unknown.
+	group uint64
 }
 
 func rfc3339(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
@@ -210,6 +215,7 @@ func eventRecord(ev *event.Event, c eventContext) EventRecord {
 		r.RememberedUntil = rfc3339(ev.Until)
 	case event.Committed:
 		r.Transaction = hex.EncodeToString(ev.State)
+		r.TransactionEvents = c.group
 	}
 	if ev.Type == event.Activated || ev.Type == event.Forwarded || ev.Type == event.Restored || ev.Type == event.RestoredCopy {
 		r.From = ev.Seq
@@ -299,6 +305,9 @@ func eventDetails(ev *event.Event, c eventContext) string {
 		return b.String()
 	case event.Committed:
 		add("transaction", hex.EncodeToString(ev.State))
+		if c.group > 0 {
+			add("events", strconv.FormatUint(c.group, 10))
+		}
 		return b.String()
 	}
 	if hasMessage(ev.Type) {

@@ -136,15 +136,22 @@ func replayLog(w *bufio.Writer, data, dir, snapDir string, recs *records, opts R
 			stopped = true
 			return errStop
 		}
+		var group uint64 // the records of its group before it, for a commit
 		if source == SourceLog && ev.Flags&event.FlagContinued != 0 {
 			if groupStart == 0 {
 				groupStart = ev.Index
 			}
 			groupEnd = ev.Index
 		} else {
+			if groupStart != 0 {
+				group = ev.Index - groupStart
+			}
 			groupStart = 0
 		}
 		c := eventContext{label: label, source: source, deliveries: -1, bodies: opts.Bodies, bodyMax: opts.BodyMax}
+		if ev.Type == event.Committed {
+			c.group = group
+		}
 		if st != nil && ev.Index > st.LastIndex() {
 			before := deliveriesOf(st, ev)
 			if err := safeApply(st, ev); err != nil {

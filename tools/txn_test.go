@@ -42,7 +42,7 @@ func TestTransactionsInReplay(t *testing.T) {
 	if got := strings.Join(types, " "); !strings.HasSuffix(got, "locked enqueued completed committed") {
 		t.Fatalf("event types %q in\n%s", got, out.String())
 	}
-	if !strings.Contains(out.String(), "transaction=abcd") {
+	if !strings.Contains(out.String(), "transaction=abcd events=2") {
 		t.Fatalf("no transaction id in\n%s", out.String())
 	}
 	if findings, err := Verify(dir); err != nil || len(findings) != 0 {
