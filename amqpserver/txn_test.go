@@ -39,6 +39,17 @@ func dialTxn(t *testing.T, addr string) *txnClient {
 	return c
 }
 
+// txnOnQ1 starts a broker with cfg and returns its queue q1 and a
+// transaction client with a sender to it on handle 1.
+func txnOnQ1(t *testing.T, cfg Config) (*broker.Entity, *txnClient) {
+	t.Helper()
+	b, addr := startRaw(t, cfg)
+	e, _ := b.Entity("q1")
+	c := dialTxn(t, addr)
+	c.attachSender(1, "q1")
+	return e, c
+}
+
 // controlMessage is a message whose body is the amqp-value v.
 func controlMessage(v interface{ AppendTo([]byte) []byte }) []byte {
 	return v.AppendTo([]byte{0x00, 0x53, 0x77})
@@ -160,10 +171,7 @@ func rejectedWith(t *testing.T, s frames.DeliveryState, cond string) {
 // commit; a roll back leaves nothing; discharging an unknown or finished
 // transaction, or sending in one, gets amqp:transaction:unknown-id.
 func TestTransactionalSends(t *testing.T) {
-	b, addr := startRaw(t, Config{})
-	e, _ := b.Entity("q1")
-	c := dialTxn(t, addr)
-	c.attachSender(1, "q1")
+	e, c := txnOnQ1(t, Config{})
 
 	count := func() uint64 {
 		t.Helper()
@@ -251,10 +259,7 @@ func TestTransactionSpansOneEntity(t *testing.T) {
 // completes the message; a commit whose lock is gone is rolled back as a
 // whole, sends included.
 func TestTransactionalSettlement(t *testing.T) {
-	b, addr := startRaw(t, Config{})
-	e, _ := b.Entity("q1")
-	c := dialTxn(t, addr)
-	c.attachSender(1, "q1")
+	e, c := txnOnQ1(t, Config{})
 	delivery, _ := c.receiveFirst(e)
 	txn := c.declare()
 	c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: txn}, dataMessage("reply")))
@@ -365,10 +370,7 @@ func TestTransactionalSettleByLockToken(t *testing.T) {
 // A transaction not discharged within TxnTimeout is rolled back; its
 // discharge then says it ran out, and its work never happens.
 func TestTransactionTimeout(t *testing.T) {
-	b, addr := startRaw(t, Config{TxnTimeout: 20 * time.Millisecond})
-	e, _ := b.Entity("q1")
-	c := dialTxn(t, addr)
-	c.attachSender(1, "q1")
+	e, c := txnOnQ1(t, Config{TxnTimeout: 20 * time.Millisecond})
 	txn := c.declare()
 	c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: txn}, dataMessage("too late")))
 	time.Sleep(time.Second) // waiting for the timeout to pass, not timing anything
@@ -400,10 +402,7 @@ func TestSendViaRefused(t *testing.T) {
 // in a transaction the connection does not hold is rejected with
 // amqp:transaction:unknown-id, and its lock stays.
 func TestTransactionLimits(t *testing.T) {
-	b, addr := startRaw(t, Config{})
-	e, _ := b.Entity("q1")
-	c := dialTxn(t, addr)
-	c.attachSender(1, "q1")
+	e, c := txnOnQ1(t, Config{})
 	delivery, _ := c.receiveFirst(e)
 	txn := c.declare()
 	for i := range broker.MaxTxOps {
