@@ -28,7 +28,7 @@ import (
 // log is truncated in front), a session queue with state, and locks still
 // held at the end.
 func buildFuzzBase(t testing.TB, dir string) {
-	s := newSceneWith(t, broker.Options{Dir: dir, SegmentSize: 384, SnapshotEvery: 6})
+	s := newSceneWith(t, broker.Options{Dir: dir, SegmentSize: 384, SnapshotEvery: 6, FinalSnapshotMin: 1})
 	cfg := projection.DefaultConfig()
 	cfg.MaxDeliveryCount = 2
 	cfg.DefaultTTL = time.Hour

@@ -161,7 +161,8 @@ func TestStateAtEarlierPoint(t *testing.T) {
 // every few events, with its log truncated in front behind the snapshots.
 func snapshotData(t *testing.T) string {
 	data := t.TempDir()
-	s := newSceneWith(t, broker.Options{Dir: data, SegmentSize: 256, SnapshotEvery: 7})
+	// A stop snapshots even a few events, as these tests were made for.
+	s := newSceneWith(t, broker.Options{Dir: data, SegmentSize: 256, SnapshotEvery: 7, FinalSnapshotMin: 1})
 	cfg := projection.DefaultConfig()
 	cfg.MaxDeliveryCount = 2
 	q := s.queue("q", cfg)
