@@ -104,6 +104,8 @@ var layouts = map[Type][]field{
 
 	Checkpoint: {},
 	Committed:  {fState},
+	Transfer:   {fQueue, fUntil, fTTL, fMessageID, fSessionID, fName, fMessage},
+	Arrived:    {fSource, fSeq},
 }
 
 // tails names the optional field a type's payload may end with, after its
@@ -113,7 +115,7 @@ var layouts = map[Type][]field{
 // refuses a tail that holds zero, so every record has one encoding.
 var tails = map[Type]field{
 	Enqueued: fHops, Scheduled: fHops, Activated: fHops, Forwarded: fHops, Restored: fHops, RestoredCopy: fHops,
-	Published: fHops,
+	Published: fHops, Transfer: fHops,
 }
 
 // tail is the optional field e's record carries, if any.

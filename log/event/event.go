@@ -116,6 +116,20 @@ const (
 	// before it in its group are what the commit did. State holds the
 	// transaction's id.
 	Committed Type = 60
+	// Transfer: a message sent through this entity for another, Name, its
+	// destination (send-via), waits in the transfer queue (Queue is
+	// TransferQueue) until it reaches it; its index is its SequenceNumber
+	// here. Until is when it is to be enqueued there (its
+	// ScheduledEnqueueTime; 0: at once) and TTL its time to live there: it
+	// neither activates nor expires here.
+	Transfer Type = 61
+	// Arrived: the messages of a send in this event's atomic group came
+	// from another entity's transfer queue, which sends under the key
+	// Source, its last one numbered Seq there. Sends from one source
+	// arrive in SequenceNumber order, so one that repeats an arrival
+	// after a crash is known by a Seq no greater than the last one's, and
+	// dropped. It has no queue.
+	Arrived Type = 62
 )
 
 // LockToken identifies one lock on one message. It is a GUID on the wire.
@@ -186,7 +200,7 @@ var typeNames = map[Type]string{
 	DeadLettered: "dead-lettered", Expired: "expired", ReceivedAndDeleted: "received-and-deleted",
 	SessionLocked: "session-locked", SessionLockRenewed: "session-lock-renewed",
 	SessionUnlocked: "session-unlocked", SessionStateSet: "session-state-set",
-	Checkpoint: "checkpoint", Committed: "committed",
+	Checkpoint: "checkpoint", Committed: "committed", Transfer: "transfer", Arrived: "arrived",
 
 	TransferDeadLettered: "transfer-dead-lettered", Deleted: "deleted",
 }
@@ -202,7 +216,7 @@ func (t Type) String() string {
 // SequenceNumber is the event's index.
 func (t Type) CreatesMessage() bool {
 	switch t {
-	case Enqueued, Scheduled, Activated, Forwarded, Restored, RestoredCopy, Published, Copied:
+	case Enqueued, Scheduled, Activated, Forwarded, Restored, RestoredCopy, Published, Copied, Transfer:
 		return true
 	}
 	return false

@@ -19,6 +19,14 @@ const (
 	TransferDeadLetterQueue uint32 = 2
 
 	QueueGroup = 3
+
+	// TransferQueue is, in a queue entity (which has no subscriptions to
+	// number), where messages sent through the queue for another entity
+	// wait until they reach it (send-via; the Transfer event). It is the
+	// first number of group 1; the other two are not used, as what the
+	// transfer queue cannot deliver goes to group 0's transfer dead-letter
+	// queue, "<queue>/$Transfer/$DeadLetterQueue". No client addresses it.
+	TransferQueue uint32 = 3
 )
 
 // QueueKind is what a queue number holds within its group.
