@@ -27,6 +27,15 @@ func (e *Entity) Apply(ev *event.Event) error {
 	case event.Remembered:
 		e.rememberVia(ev)
 		return nil
+	case event.Arrived:
+		e.forwarded[ev.Source] = ev.Seq
+		return nil
+	case event.Transfer:
+		err := e.applyTransfer(ev)
+		if q := e.TransferQueue(); q != nil {
+			q.dropStaleTimers()
+		}
+		return err
 	case event.Published, event.Copied, event.SubscriptionCreated, event.SubscriptionUpdated,
 		event.SubscriptionDeleted, event.RuleAdded, event.RuleRemoved:
 		return e.applyTopic(ev)

@@ -34,6 +34,10 @@ type Send struct {
 	// entity's own, and Via) does not apply to it; repeats of the same
 	// forward are dropped by Forward.Source and Seq instead.
 	Forward *Forward
+	// Arrival, if set, makes this the arrival of messages from another
+	// entity's transfer queue (send-via): they are sent as any others,
+	// and repeats of an arrival are dropped by its Source and Seq.
+	Arrival *Arrival
 	// Via lists the entities on the ForwardTo chain the send followed
 	// (the one it was sent to first) that require duplicate detection,
 	// in chain order. Each accepts a message only if it has not seen its
@@ -325,6 +329,10 @@ func (e *Entity) Decide(cmd Command, now int64) ([]event.Event, error) {
 		err = d.setSessionState(c)
 	case TransferDeadLetter:
 		err = d.transferDeadLetter(c)
+	case Transfer:
+		err = d.transfer(c)
+	case TransferDone:
+		err = d.transferDone(c)
 	case CreateSubscription:
 		err = d.createSubscription(c)
 	case UpdateSubscription:
@@ -423,6 +431,19 @@ func (d *decision) send(c Send) error {
 	}
 	if isDeadLetterQueue(c.Queue) {
 		return fmt.Errorf("%w: messages cannot be sent to a dead-letter queue", ErrNotAllowed)
+	}
+	if q.transfer {
+		return fmt.Errorf("%w: messages reach the transfer queue only through a transfer", ErrNotAllowed)
+	}
+	if c.Arrival != nil {
+		if c.Forward != nil {
+			return fmt.Errorf("%w: a send is a forward or an arrival, not both", ErrInvalid)
+		}
+		if d.e.arrived(c.Arrival) {
+			return nil // arrived before: the source is repeating it after a crash
+		}
+		// Recorded before the messages, in the same atomic group.
+		d.emit(event.Event{Type: event.Arrived, Source: c.Arrival.Source, Seq: c.Arrival.Seq})
 	}
 	topic := d.e.IsTopic()
 	if topic && c.Queue != event.MainQueue {
@@ -737,6 +758,9 @@ func (d *decision) settle(c Settle) error {
 	case Defer:
 		d.emit(event.Event{Type: event.Deferred, Queue: c.Queue, Seq: seq, Props: c.Props})
 	case DeadLetter:
+		if q.transfer {
+			return fmt.Errorf("%w: the transfer queue's messages are not dead-lettered", ErrNotAllowed)
+		}
 		if isDeadLetterQueue(c.Queue) {
 			return fmt.Errorf("%w: a dead-lettered message cannot be dead-lettered again", ErrNotAllowed)
 		}
@@ -752,7 +776,7 @@ func (d *decision) settle(c Settle) error {
 // past the entity's MaxDeliveryCount it goes to the dead-letter queue.
 // (Its expiry, if due, follows on the next Tick: it is available again.)
 func (d *decision) afterFailedDelivery(q *Queue, seq uint64, m index.Meta) {
-	if isDeadLetterQueue(q.No) || int(m.Deliveries)+1 < q.cfg.MaxDeliveryCount {
+	if isDeadLetterQueue(q.No) || q.transfer || int(m.Deliveries)+1 < q.cfg.MaxDeliveryCount {
 		return
 	}
 	d.emit(event.Event{Type: event.DeadLettered, Queue: q.No, Seq: seq, Reason: ReasonMaxDeliveryCount,

@@ -55,7 +55,11 @@ import (
 //
 // A subscription holding a stretch of the topic's messages costs a few
 // bytes, one that completed every other message about two bytes each.
-const encodingVersion = 6
+//
+// Version 7 lets a queue entity hold its transfer queue (number 3: what
+// was sent through it for other entities, waiting to reach them) among its
+// queues; its layout is any queue's.
+const encodingVersion = 7
 
 // Encode appends the canonical encoding of e to dst.
 func (e *Entity) Encode(dst []byte) []byte {
@@ -318,7 +322,7 @@ func Decode(b []byte) (*Entity, error) {
 				return nil, err
 			}
 		}
-		if err := e.decodeTopic(r, t); err != nil {
+		if err := e.decodeTopic(r, t, v); err != nil {
 			return nil, err
 		}
 		if t != nil {
@@ -549,7 +553,7 @@ func readBool(r *event.Reader) bool {
 // (with version 6's table of positions, t). The queues come
 // first but belong to subscriptions listed after them: they are read into
 // a table and placed once the subscriptions are known.
-func (e *Entity) decodeTopic(r *event.Reader, table *positions) error {
+func (e *Entity) decodeTopic(r *event.Reader, table *positions, v uint64) error {
 	nq := r.Count(7)
 	queues := make(map[uint32]*Queue, nq)
 	prev := -1
@@ -635,6 +639,14 @@ func (e *Entity) decodeTopic(r *event.Reader, table *positions) error {
 	}
 	if r.Err() != nil {
 		return r.Err()
+	}
+	if q := queues[event.TransferQueue]; q != nil && v >= 7 && !e.IsTopic() {
+		if q.sessions != nil {
+			return fmt.Errorf("transfer queue with sessions")
+		}
+		q.transfer, q.cfg = true, &e.cfg
+		e.queues = append(e.queues, q)
+		delete(queues, event.TransferQueue)
 	}
 	for no := range queues {
 		if no >= event.QueueGroup {

@@ -32,7 +32,7 @@ func (e *Entity) Frozen() *Entity {
 		if q == nil {
 			continue
 		}
-		c := &Queue{No: q.No, cfg: &f.cfg, msgs: q.msgs.Clone(), locks: q.locks.Clone(),
+		c := &Queue{No: q.No, transfer: q.transfer, cfg: &f.cfg, msgs: q.msgs.Clone(), locks: q.locks.Clone(),
 			overlays:  make(map[uint64][]Ref, len(q.overlays)),
 			ttlTimers: q.ttlTimers.Clone(), scheduleTimers: q.scheduleTimers.Clone()}
 		if s := e.SubscriptionOf(q.No); s != nil {

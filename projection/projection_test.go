@@ -41,6 +41,7 @@ func TestAgainstModel(t *testing.T) {
 						t.Errorf(f, a...)
 					}
 				})
+				h.sendVia = true
 				for i := 0; i < steps && !failed; i++ {
 					h.step()
 				}
@@ -61,6 +62,7 @@ func TestReplayEquivalence(t *testing.T) {
 	for _, name := range slices.Sorted(mapsKeys(modelConfigs)) {
 		t.Run(name, func(t *testing.T) {
 			h := newHistory(11, modelConfigs[name], t.Fatalf)
+			h.sendVia = true
 			for len(h.events) < 1000 {
 				h.step()
 			}
@@ -125,6 +127,7 @@ func replay(t *testing.T, evs []event.Event) *Entity {
 func FuzzDecode(f *testing.F) {
 	for _, name := range slices.Sorted(mapsKeys(modelConfigs)) {
 		h := newHistory(5, modelConfigs[name], f.Fatalf)
+		h.sendVia = true
 		for len(h.events) < 200 {
 			h.step()
 		}

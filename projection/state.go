@@ -47,6 +47,7 @@ type Queue struct {
 	all       *roaring64.Bitmap // every message of the queue, for peek and truncation
 	locks     *index.Locks
 	sessions  *index.Sessions // nil unless messages are grouped by session
+	transfer  bool            // the transfer queue: nothing here is dead-lettered
 	// overlays lists, per message, the records (abandon, defer, dead-letter)
 	// that modify its application properties, oldest first.
 	overlays map[uint64][]Ref
