@@ -270,10 +270,13 @@ func BenchmarkRestartTopic100Subs(b *testing.B) {
 	}
 }
 
-// BenchmarkReceiveProcessSend: a message received, completed and a reply
-// sent, n at a time, as one transaction (Commit) or as the same work
-// without one (a settle and a send, each durable before the next round),
-// on a durable log (fsync per group commit), with the process's CPU per
+// BenchmarkReceiveProcessSend: a message received from "in", completed
+// and a reply sent to "out", n at a time: as one transaction on "in"
+// whose replies go through it (send-via: into its log, then on to "out"),
+// or as the same work without one (a settle on "in" and a send to "out",
+// each durable before the next round). Both on durable logs (fsync per
+// group commit); a run ends when "out" holds every reply, so the
+// transfers behind the commits are counted. With the process's CPU per
 // round:
 //
 //	go test ./broker -run '^$' -bench ReceiveProcessSend -benchtime 2000x
@@ -290,46 +293,60 @@ func BenchmarkReceiveProcessSend(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer br.Close()
-				e, err := br.CreateQueue("q", projection.DefaultConfig())
+				in, err := br.CreateQueue("in", projection.DefaultConfig())
+				if err != nil {
+					b.Fatal(err)
+				}
+				out, err := br.CreateQueue("out", projection.DefaultConfig())
 				if err != nil {
 					b.Fatal(err)
 				}
 				body := make([]byte, 1024)
 				got := make(chan Delivery, n)
-				r, err := e.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { got <- d }})
+				r, err := in.Attach(ReceiverOptions{Name: "r", Deliver: func(d Delivery) { got <- d }})
 				if err != nil {
 					b.Fatal(err)
 				}
-				sendBacklog(b, e, 1000) // the replies keep it going
+				sendBacklog(b, in, b.N*n)
 				b.ResetTimer()
 				cpu := cpuTime()
 				var limit uint64
 				for range b.N {
 					limit += uint64(n)
 					r.SetLimit(limit)
-					var tx Transaction
+					tx := Transaction{Transfers: []TxTransfer{{To: "out"}}}
 					for range n {
 						d := <-got
 						tx.Settles = append(tx.Settles, TxSettle{Settlement: Settlement{Token: d.Token, Outcome: projection.Complete}})
-						tx.Sends = append(tx.Sends, TxSend{Messages: []projection.Message{{Body: body}}})
+						tx.Transfers[0].Messages = append(tx.Transfers[0].Messages, projection.Message{Body: body})
 					}
 					done := make(chan error, 2*n)
 					if txn {
-						e.Commit(tx, func(err error) { done <- err })
+						in.Commit(tx, func(err error) { done <- err })
 						if err := <-done; err != nil {
 							b.Fatal(err)
 						}
 						continue
 					}
 					for i := range n {
-						e.Settle(event.MainQueue, tx.Settles[i].Settlement, func(err error) { done <- err })
-						e.Send(event.MainQueue, tx.Sends[i].Messages, func(err error) { done <- err })
+						in.Settle(event.MainQueue, tx.Settles[i].Settlement, func(err error) { done <- err })
+						out.Send(event.MainQueue, tx.Transfers[0].Messages[i:i+1], func(err error) { done <- err })
 					}
 					for range 2 * n {
 						if err := <-done; err != nil {
 							b.Fatal(err)
 						}
 					}
+				}
+				for {
+					c, err := out.Counts(event.MainQueue)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if c.Total == uint64(b.N*n) {
+						break
+					}
+					time.Sleep(100 * time.Microsecond)
 				}
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rounds/s")
 				b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/round")

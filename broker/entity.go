@@ -313,7 +313,11 @@ func (e *Entity) applyAppended(evs []event.Event, err error) error {
 			return e.failed
 		}
 		e.trackCache(ev)
-		e.stats.count(ev)
+		if ev.Queue != event.TransferQueue || e.st.IsTopic() || ev.Type == event.TransferDeadLettered {
+			// The transfer queue's traffic is not the queue's: its
+			// messages are counted where they arrive.
+			e.stats.count(ev)
+		}
 		if ev.Type == event.EntityCreated || ev.Type == event.EntityUpdated {
 			cfg := e.st.Config()
 			e.cfg.Store(&cfg)
@@ -328,7 +332,7 @@ func (e *Entity) applyAppended(evs []event.Event, err error) error {
 func (e *Entity) trackCache(ev *event.Event) {
 	switch ev.Type {
 	case event.Enqueued, event.Scheduled, event.Activated, event.Forwarded, event.Restored, event.RestoredCopy,
-		event.Published, event.Copied:
+		event.Published, event.Copied, event.Transfer:
 		e.cache.add(*ev)
 		if ev.Type == event.Activated || ev.Type == event.Published && ev.Seq != 0 {
 			e.cache.remove(ev.Seq)

@@ -189,6 +189,10 @@ type forwardState struct {
 	retryAt int64           // unix ns: after a failure, not before this
 	delay   time.Duration   // the backoff after the last failure
 	gen     uint64          // the send on its way
+	// A transfer queue's forwarder sends runs of messages, and after a
+	// refused run, one message at a time until it finds the refused one.
+	seqs   []uint64
+	single bool
 }
 
 // forwardSource is a queue whose messages the entity moves to another
@@ -199,6 +203,7 @@ type forwardSource struct {
 	queue       uint32
 	target      string
 	deadLetters bool
+	transfer    bool // the transfer queue: each message names its own target
 }
 
 // forwardSources lists the queues the entity forwards from: a queue's
@@ -207,19 +212,24 @@ type forwardSource struct {
 // (Service Bus does not support it either).
 func (e *Entity) forwardSources() []forwardSource {
 	if !e.st.IsTopic() {
+		var out []forwardSource
 		if to := e.st.Config().ForwardDeadLetteredMessagesTo; to != "" {
-			return []forwardSource{{event.DeadLetterQueue, to, true}}
+			out = append(out, forwardSource{queue: event.DeadLetterQueue, target: to, deadLetters: true})
 		}
-		return nil
+		if e.st.TransferQueue() != nil {
+			out = append(out, forwardSource{queue: event.TransferQueue, transfer: true})
+		}
+		return out
 	}
 	var out []forwardSource
 	for _, s := range e.st.Subscriptions() {
 		cfg := s.Config()
 		if cfg.ForwardTo != "" && !cfg.RequiresSession {
-			out = append(out, forwardSource{s.Queue(), cfg.ForwardTo, false})
+			out = append(out, forwardSource{queue: s.Queue(), target: cfg.ForwardTo})
 		}
 		if cfg.ForwardDeadLetteredMessagesTo != "" {
-			out = append(out, forwardSource{event.SubqueueOf(s.Queue(), event.KindDeadLetter), cfg.ForwardDeadLetteredMessagesTo, true})
+			out = append(out, forwardSource{queue: event.SubqueueOf(s.Queue(), event.KindDeadLetter),
+				target: cfg.ForwardDeadLetteredMessagesTo, deadLetters: true})
 		}
 	}
 	return out
@@ -249,6 +259,10 @@ func (e *Entity) forward() {
 		if f == nil {
 			f = &forwardState{}
 			e.fwd.by[src.queue] = f
+		}
+		if src.transfer {
+			e.transferOne(f)
+			continue
 		}
 		e.forwardOne(src, f)
 	}

@@ -20,6 +20,9 @@ type Transaction struct {
 	Sends []TxSend
 	// Settles end locks held on the entity's queues.
 	Settles []TxSettle
+	// Transfers are sends to other entities through this one (send-via),
+	// in the order they were sent.
+	Transfers []TxTransfer
 }
 
 // TxSend is one send of a transaction.
@@ -50,11 +53,14 @@ func (tx *Transaction) Ops() int {
 	for _, s := range tx.Sends {
 		n += len(s.Messages)
 	}
+	for _, t := range tx.Transfers {
+		n += len(t.Messages)
+	}
 	return n
 }
 
 // Commit does tx's work as one atomic group on the entity's log, closed by
-// a Committed event: every send and settlement is decided against the
+// a Committed event: every send, transfer and settlement is decided against the
 // state as it stands, and if any is refused (a lock that is gone, a
 // message too large, the entity disabled) none happens and done gets that
 // error. done runs once the group is durable and applied. Locks a
@@ -84,6 +90,10 @@ func (e *Entity) Commit(tx Transaction, done func(error)) {
 			e.readFilters(s.Messages)
 		}
 	}
+	if err := e.transferable(tx.Transfers); err != nil {
+		done(err)
+		return
+	}
 	for _, s := range tx.Settles {
 		e.touch(s.Queue)
 	}
@@ -110,6 +120,13 @@ func (e *Entity) decideTx(tx Transaction) ([]event.Event, error) {
 	}
 	for _, q := range queues {
 		out, err := e.decide(projection.Send{Queue: q, Messages: byQueue[q], Nonce: e.topicNonce()})
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, out...)
+	}
+	for _, t := range tx.Transfers {
+		out, err := e.decide(projection.Transfer{To: t.To, Messages: t.Messages})
 		if err != nil {
 			return nil, err
 		}
