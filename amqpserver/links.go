@@ -42,11 +42,8 @@ func (cs *connState) authorize(l *transport.Link, address string, right sas.Righ
 // attachSender accepts a link on which the client sends to a queue or a
 // topic.
 func (cs *connState) attachSender(l *transport.Link, address string) {
-	if _, via := l.PeerAttach().Properties.Get(transferDestinationProp); via {
-		// Send-via: messages for another entity through this one, at the
-		// commit of a transaction. Refused rather than delivered here.
-		l.Refuse(&frames.Error{Condition: condNotImplemented,
-			Description: "sending through a via-entity (" + transferDestinationProp + ") is not supported yet"})
+	if to, via := l.PeerAttach().Properties.Get(transferDestinationProp); via {
+		cs.attachViaSender(l, address, to)
 		return
 	}
 	e, queue, err := cs.resolve(address)
@@ -87,6 +84,8 @@ type senderLink struct {
 	cs    *connState
 	e     *broker.Entity
 	queue uint32
+	// to is the destination of a sender through a via-entity (e), or "".
+	to string
 }
 
 func (sl *senderLink) Detached(l *transport.Link, _ *frames.Error) { sl.cs.unguard(l) }
@@ -109,13 +108,18 @@ func (sl *senderLink) Deliver(d transport.Delivery) {
 		sl.txnSend(d, ts, msgs)
 		return
 	}
-	sl.e.Send(sl.queue, msgs, func(err error) {
+	done := func(err error) {
 		if err != nil {
 			d.Settle(&frames.Rejected{Error: linkError(err)})
 			return
 		}
 		d.Settle(&frames.Accepted{})
-	})
+	}
+	if sl.to != "" {
+		sl.e.SendVia(sl.to, msgs, done)
+		return
+	}
+	sl.e.Send(sl.queue, msgs, done)
 }
 
 // The session filter key and the descriptor the Go SDK wraps it in

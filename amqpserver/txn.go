@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/walbus/walbus/amqpserver/frames"
 	"github.com/walbus/walbus/amqpserver/message"
+	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/amqpserver/transport"
 	"github.com/walbus/walbus/broker"
 )
@@ -260,14 +262,19 @@ func (cs *connState) joinTxn(id []byte, e *broker.Entity, ops int) (*txn, *frame
 
 // txnSend adds a transactional transfer's messages to its transaction and
 // gives the provisional outcome (AMQP 1.0 §4.4.1): accepted, to take
-// effect at commit.
+// effect at commit. Messages sent through a via-entity are work on it,
+// whatever their destination.
 func (sl *senderLink) txnSend(d transport.Delivery, ts *frames.TransactionalState, msgs []broker.Message) {
 	t, ferr := sl.cs.joinTxn(ts.TxnID, sl.e, len(msgs))
 	if ferr != nil {
 		d.Settle(&frames.Rejected{Error: ferr})
 		return
 	}
-	t.work.Sends = append(t.work.Sends, broker.TxSend{Queue: sl.queue, Messages: msgs})
+	if sl.to != "" {
+		t.work.Transfers = append(t.work.Transfers, broker.TxTransfer{To: sl.to, Messages: msgs})
+	} else {
+		t.work.Sends = append(t.work.Sends, broker.TxSend{Queue: sl.queue, Messages: msgs})
+	}
 	sl.cs.mu.Unlock()
 	d.Settle(&frames.TransactionalState{TxnID: bytes.Clone(ts.TxnID), Outcome: &frames.Accepted{}})
 }
@@ -341,4 +348,76 @@ func (cs *connState) txnRequest(t *mgmtTarget, id []byte, req *rpcRequest, reply
 func isTxn(state frames.DeliveryState) (*frames.TransactionalState, bool) {
 	ts, ok := state.(*frames.TransactionalState)
 	return ts, ok && ts != nil
+}
+
+// attachViaSender accepts a sender through a via-entity (send-via,
+// docs/compatibility.md §10): the link's target is the via, a queue, and
+// its transfer-destination-address property the destination, an entity
+// to send to. The client needs Send on both. Its messages go into the
+// via's log, in its transaction if they are sent in one, and on to the
+// destination after.
+func (cs *connState) attachViaSender(l *transport.Link, address string, prop any) {
+	to, ok := prop.(string)
+	if !ok || to == "" {
+		l.Refuse(&frames.Error{Condition: condInvalidField,
+			Description: fmt.Sprintf("%s must name the destination, not %v", transferDestinationProp, prop)})
+		return
+	}
+	to = entityPathOf(to)
+	e, queue, err := cs.resolve(address)
+	if err != nil {
+		l.Refuse(linkError(err))
+		return
+	}
+	if queue != broker.MainQueue {
+		l.Refuse(&frames.Error{Condition: condNotAllowed,
+			Description: fmt.Sprintf("a via-entity is a queue; %s is not one", address)})
+		return
+	}
+	dst, dq, err := cs.resolve(to)
+	if err != nil {
+		l.Refuse(linkError(err))
+		return
+	}
+	if dq != broker.MainQueue {
+		l.Refuse(&frames.Error{Condition: condNotAllowed,
+			Description: fmt.Sprintf("messages are sent to a queue or a topic; %s is neither", to)})
+		return
+	}
+	if allowed, _ := cs.claims.allows(to, sas.Send, cs.s.cfg.Now()); !allowed {
+		l.Refuse(&frames.Error{Condition: condUnauthorized,
+			Description: fmt.Sprintf("Unauthorized access. '%s' claim(s) are required to perform this operation on %s.", sas.Send, to)})
+		return
+	}
+	if ferr := cs.authorize(l, address, sas.Send); ferr != nil {
+		l.Refuse(ferr)
+		return
+	}
+	if err := e.CheckVia(dst.Name()); err != nil {
+		cs.refuse(l, linkError(err))
+		return
+	}
+	cfg, err := dst.Config()
+	if err != nil {
+		cs.refuse(l, linkError(err))
+		return
+	}
+	bindBurst(l, e)
+	sl := &senderLink{cs: cs, e: e, queue: broker.MainQueue, to: dst.Name()}
+	if err := l.AcceptInbound(&transport.Reply{MaxMessageSize: uint64(cfg.MaxMessageSize)}, sl); err != nil {
+		cs.unguard(l)
+	}
+}
+
+// entityPathOf is the entity path an address names: the .NET SDK gives a
+// send-via destination as a whole URI (sb://host/queue), others as a path.
+func entityPathOf(address string) string {
+	if i := strings.Index(address, "://"); i >= 0 {
+		rest := address[i+3:]
+		if j := strings.IndexByte(rest, '/'); j >= 0 {
+			return strings.Trim(rest[j+1:], "/")
+		}
+		return ""
+	}
+	return strings.Trim(address, "/")
 }

@@ -2,13 +2,17 @@ package amqpserver
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/Azure/go-amqp"
+
 	"github.com/walbus/walbus/amqpserver/encoding"
 	"github.com/walbus/walbus/amqpserver/frames"
+	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/broker"
 )
 
@@ -381,19 +385,140 @@ func TestTransactionTimeout(t *testing.T) {
 	}
 }
 
-// A sender through a via-entity is refused, not served as a sender to the
-// via-entity itself.
-func TestSendViaRefused(t *testing.T) {
-	_, addr := startRaw(t, Config{})
-	c := dialFrames(t, addr)
-	c.send(0, &frames.Attach{Name: "via", Handle: 1, Role: frames.RoleSender, Source: &frames.Source{},
-		Target:     &frames.Target{Address: "q1"},
-		Properties: encoding.Map{{Key: encoding.Symbol(transferDestinationProp), Value: "q2"}}}, nil)
-	if a := expectFrame[*frames.Attach](c); a.Target != nil {
-		t.Fatalf("send-via accepted: %+v", a)
+// attachVia attaches a sender to address through via on handle and
+// returns the answer: the attach, and the detach when it is refused.
+func (c *txnClient) attachVia(handle uint32, via string, to any) (*frames.Attach, *frames.Detach) {
+	c.t.Helper()
+	c.send(0, &frames.Attach{Name: fmt.Sprint("via-", handle), Handle: handle, Role: frames.RoleSender, Source: &frames.Source{},
+		Target:     &frames.Target{Address: via},
+		Properties: encoding.Map{{Key: encoding.Symbol(transferDestinationProp), Value: to}}}, nil)
+	a := expectFrame[*frames.Attach](c.frameClient)
+	if a.Target == nil {
+		return a, expectFrame[*frames.Detach](c.frameClient)
 	}
-	if d := expectFrame[*frames.Detach](c); d.Error == nil || d.Error.Condition != condNotImplemented {
-		t.Fatalf("detach %+v", d)
+	expectFrame[*frames.Flow](c.frameClient)
+	return a, nil
+}
+
+// waitTotal waits until queue 0 of e holds n messages.
+func waitTotal(t *testing.T, e *broker.Entity, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := e.Counts(broker.MainQueue)
+		if err == nil && c.Total == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds %+v (%v), want %d messages", e.Name(), c, err, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Receive, process, send through the received message's queue to
+// another: the commit completes the message and the reply reaches its
+// destination (named by a whole URI, as the .NET SDK names it); a roll
+// back sends nothing and keeps the lock. Outside a transaction a send
+// through the via goes straight on.
+func TestSendViaInTransaction(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	q2, err := b.CreateQueue("q2", broker.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q1, _ := b.Entity("q1")
+	c := dialTxn(t, addr)
+	c.attachSender(1, "q1")
+	delivery, _ := c.receiveFirst(q1)
+	if _, refused := c.attachVia(3, "q1", "sb://"+addr+"/q2"); refused != nil {
+		t.Fatalf("send-via refused: %+v", refused.Error)
+	}
+
+	rolled := c.declare()
+	c.outcome(c.transfer(3, &frames.TransactionalState{TxnID: rolled}, dataMessage("rolled back")))
+	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: delivery,
+		State: &frames.TransactionalState{TxnID: rolled, Outcome: &frames.Accepted{}}}, nil)
+	if _, ok := c.discharge(rolled, true).(*frames.Accepted); !ok {
+		t.Fatal("roll back refused")
+	}
+
+	txn := c.declare()
+	s, ok := c.outcome(c.transfer(3, &frames.TransactionalState{TxnID: txn}, dataMessage("reply"))).(*frames.TransactionalState)
+	if !ok || string(s.TxnID) != string(txn) {
+		t.Fatalf("provisional outcome %+v", s)
+	}
+	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: delivery,
+		State: &frames.TransactionalState{TxnID: txn, Outcome: &frames.Accepted{}}}, nil)
+	if err := q1.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := q2.Counts(broker.MainQueue); n.Total != 0 {
+		t.Fatalf("q2 holds %d before the commit", n.Total)
+	}
+	if _, ok := c.discharge(txn, false).(*frames.Accepted); !ok {
+		t.Fatal("commit refused")
+	}
+	waitTotal(t, q2, 1)
+	waitTotal(t, q1, 0)
+	q2.Sync() // counts show what peeks show once it is durable
+	got, _ := q2.Peek(broker.MainQueue, 0, 10, "")
+	if len(got) != 1 || !strings.Contains(string(got[0].Message), "reply") {
+		t.Fatalf("q2 holds %d messages, want the reply", len(got))
+	}
+
+	if _, ok := c.outcome(c.transfer(3, nil, dataMessage("no transaction"))).(*frames.Accepted); !ok {
+		t.Fatal("a send-via outside a transaction was refused")
+	}
+	waitTotal(t, q2, 2)
+}
+
+// A via is a queue, a destination a queue or a topic that exists; each
+// other attach is refused with the condition saying why, and work through
+// a via joins the via's transaction, not the destination's.
+func TestSendViaRefusals(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	for _, q := range []string{"q2", "q3"} {
+		if _, err := b.CreateQueue(q, broker.DefaultConfig()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	topic, err := b.CreateTopic("t1", broker.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := topic.CreateSubscription("s1", broker.DefaultSubscriptionConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	c := dialTxn(t, addr)
+	for i, tc := range []struct {
+		via  string
+		to   any
+		cond string
+	}{
+		{"q1", "missing", condNotFound},
+		{"missing", "q2", condNotFound},
+		{"t1", "q2", condNotAllowed},
+		{"q1/$DeadLetterQueue", "q2", condNotAllowed},
+		{"q1", "t1/Subscriptions/s1", condNotAllowed},
+		{"q1", int32(7), condInvalidField},
+	} {
+		_, d := c.attachVia(uint32(10+i), tc.via, tc.to)
+		if d == nil || d.Error == nil || string(d.Error.Condition) != tc.cond {
+			t.Errorf("via %s to %v: detach %+v, want %s", tc.via, tc.to, d, tc.cond)
+		}
+	}
+	if _, d := c.attachVia(1, "q1", "t1"); d != nil {
+		t.Fatalf("send-via to a topic refused: %+v", d.Error)
+	}
+	if _, d := c.attachVia(2, "q2", "q3"); d != nil {
+		t.Fatalf("send-via refused: %+v", d.Error)
+	}
+	txn := c.declare()
+	c.outcome(c.transfer(1, &frames.TransactionalState{TxnID: txn}, dataMessage("via q1")))
+	rejectedWith(t, c.outcome(c.transfer(2, &frames.TransactionalState{TxnID: txn}, dataMessage("via q2"))), condNotAllowed)
+	if _, ok := c.discharge(txn, false).(*frames.Accepted); !ok {
+		t.Fatal("commit refused")
 	}
 }
 
@@ -425,4 +550,43 @@ func TestTransactionLimits(t *testing.T) {
 	if n, _ := e.Counts(broker.MainQueue); n.Locked != 1 {
 		t.Fatalf("after a disposition in an unknown transaction: %+v, want the first still locked", n)
 	}
+}
+
+// A sender through a via needs Send on the via and on the destination:
+// with a token for the via alone it is refused, and it works once a token
+// for the destination comes too.
+func TestSendViaNeedsSendOnBoth(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	q2, err := b.CreateQueue("q2", broker.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE"}
+	conn := dial(t, addr, &amqp.ConnOptions{SASLType: amqp.SASLTypeAnonymous()})
+	for _, q := range []string{"q1", "q2"} {
+		aud := "sb://" + addr + "/" + q
+		if status, desc := putTokenRaw(t, conn, aud, sas.Sign(aud, key, time.Now().Add(time.Hour), sas.JSStyle)); status != 202 {
+			t.Fatalf("put-token for %s: %d %s", q, status, desc)
+		}
+		sess, err := conn.NewSession(ctxT(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snd, err := sess.NewSender(ctxT(t), "q1", &amqp.SenderOptions{
+			Properties: map[string]any{transferDestinationProp: "q2"}})
+		if q == "q1" {
+			var amqpErr *amqp.Error
+			if !errors.As(err, &amqpErr) || amqpErr.Condition != condUnauthorized {
+				t.Fatalf("send-via with a token for the via alone: %v, want unauthorized-access", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("send-via with tokens for both: %v", err)
+		}
+		if err := snd.Send(ctxT(t), amqp.NewMessage([]byte("through q1")), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitTotal(t, q2, 1)
 }

@@ -3,20 +3,23 @@ support: Qpid Proton's Python binding (Debian's python3-qpid-proton),
 which declares a transaction on a coordinator link, receives and sends
 inside it, and commits or rolls back. The Azure SDK checks what is left.
 
-The receive-process-send here stays on one queue: a transaction touches
-one entity, and send-via (a reply to another queue through this one) is
-not built yet."""
+A transaction touches one entity. A reply to another queue goes through
+the request's queue (send-via: a sender attached to the request's queue
+with the reply queue as its com.microsoft:transfer-destination-address),
+and reaches the reply queue after the commit."""
 
+import os
 import random
 import signal
 import threading
 import time
 
-from proton import Message
+from proton import Message, symbol
 from proton.handlers import MessagingHandler, TransactionHandler
-from proton.reactor import Container
+from proton.reactor import Container, LinkOption
 
 from azure.servicebus import ServiceBusMessage
+from azure.servicebus.management import ServiceBusAdministrationClient
 
 from harness import BrokerTestCase, body
 
@@ -24,16 +27,27 @@ KEY_NAME = "RootManageSharedAccessKey"
 KEY = "SAS_KEY_VALUE"
 
 
+class Via(LinkOption):
+    """Makes a sender's messages go through its target to destination."""
+
+    def __init__(self, destination):
+        self.destination = destination
+
+    def apply(self, link):
+        link.properties = {symbol("com.microsoft:transfer-destination-address"): self.destination}
+
+
 class ReceiveProcessSend(MessagingHandler, TransactionHandler):
     """Receives one message from queue and, in one transaction, settles it
-    (accepted: completed) and sends reply to the same queue; then commits,
-    or rolls back when commit is false. after_discharge, if set, runs just
-    after the discharge is handed to Proton."""
+    (accepted: completed) and sends reply to the same queue, or through it
+    to reply_to; then commits, or rolls back when commit is false.
+    after_discharge, if set, runs just after the discharge is handed to
+    Proton."""
 
-    def __init__(self, url, queue, reply, commit=True, after_discharge=None):
+    def __init__(self, url, queue, reply, commit=True, after_discharge=None, reply_to=None):
         super().__init__(prefetch=0, auto_accept=False, auto_settle=False)
         self.url, self.queue, self.reply, self.commit = url, queue, reply, commit
-        self.after_discharge = after_discharge
+        self.after_discharge, self.reply_to = after_discharge, reply_to
         self.received = None
         self.outcome = None  # "committed", "aborted", "commit failed: ...", or an error
 
@@ -41,7 +55,8 @@ class ReceiveProcessSend(MessagingHandler, TransactionHandler):
         self.container = event.container
         self.conn = event.container.connect(self.url, allowed_mechs="PLAIN", reconnect=False)
         self.receiver = event.container.create_receiver(self.conn, self.queue)
-        self.sender = event.container.create_sender(self.conn, self.queue)
+        via = Via(self.reply_to) if self.reply_to else None
+        self.sender = event.container.create_sender(self.conn, self.queue, options=via)
         event.container.declare_transaction(self.conn, handler=self)
 
     def on_transaction_declared(self, event):
@@ -115,7 +130,38 @@ def run(handler, timeout=30):
 
 
 class TransactionsTest(BrokerTestCase):
-    QUEUES = {"orders": {}, "rolled": {}, "crash": {}}
+    QUEUES = {"orders": {}, "rolled": {}, "crash": {},
+              "requests": {}, "replies": {}, "via-crash": {}, "via-replies": {}}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.saved_bundle = os.environ.get("REQUESTS_CA_BUNDLE")
+        os.environ["REQUESTS_CA_BUNDLE"] = cls.broker.ca
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.saved_bundle is None:
+            os.environ.pop("REQUESTS_CA_BUNDLE", None)
+        else:
+            os.environ["REQUESTS_CA_BUNDLE"] = cls.saved_bundle
+        super().tearDownClass()
+
+    def transfers(self, queue):
+        """The messages waiting in queue's transfer queue, by the
+        administration API's TransferMessageCount."""
+        cs = (f"Endpoint=sb://{self.broker.host}:5671/;"
+              f"SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY}")
+        with ServiceBusAdministrationClient.from_connection_string(cs, retry_total=1) as admin:
+            return admin.get_queue_runtime_properties(queue).transfer_message_count
+
+    def settled_transfers(self, queue, deadline=15):
+        """Waits until queue has no transfer under way."""
+        end = time.monotonic() + deadline
+        while self.transfers(queue) != 0:
+            if time.monotonic() > end:
+                raise AssertionError(f"{queue} still has transfers under way")
+            time.sleep(0.05)
 
     def url(self):
         return f"amqp://{KEY_NAME}:{KEY}@{self.broker.amqp_addr}"
@@ -143,6 +189,57 @@ class TransactionsTest(BrokerTestCase):
         # The request is back (Proton releases what it settled in the
         # transaction); the reply never existed.
         self.assertEqual(self.bodies("rolled"), ["request"])
+
+    def test_send_via_commit(self):
+        self.send("requests", "request")
+        h = run(ReceiveProcessSend(self.url(), "requests", "reply", reply_to="replies"))
+        self.assertEqual(h.outcome, "committed")
+        self.settled_transfers("requests")
+        self.assertEqual(self.bodies("requests"), [])
+        self.assertEqual(self.bodies("replies"), ["reply"])
+
+    def test_send_via_rollback(self):
+        self.send("requests", "second request")
+        h = run(ReceiveProcessSend(self.url(), "requests", "no reply", commit=False, reply_to="replies"))
+        self.assertEqual(h.outcome, "aborted")
+        self.assertEqual(self.transfers("requests"), 0)
+        self.assertEqual(self.bodies("requests"), ["second request"])
+        self.assertNotIn("no reply", self.bodies("replies"))
+
+    def test_send_via_kill_9_around_the_commit(self):
+        """As below, with the reply sent through the request's queue to
+        another: after the restart and the transfers, the request is gone
+        and the reply is in its queue once, or the request is back and no
+        reply exists."""
+        outcomes = []
+        for round in range(6):
+            request, reply = f"request-{round}", f"reply-{round}"
+            self.send("via-crash", request)
+            delay = random.uniform(0, 0.004)
+
+            def kill():
+                time.sleep(delay)
+                self.broker.proc.send_signal(signal.SIGKILL)
+
+            h = run(ReceiveProcessSend(self.url(), "via-crash", reply, reply_to="via-replies",
+                                       after_discharge=lambda: threading.Thread(target=kill).start()))
+            self.broker.proc.wait()
+            self.broker.start()
+            self.settled_transfers("via-crash")
+            left, replies = self.bodies("via-crash"), self.bodies("via-replies")
+            outcomes.append((h.outcome, left, replies))
+            if h.outcome == "committed":
+                self.assertEqual((left, replies), ([], [reply]), f"round {round}: told committed")
+            else:
+                self.assertIn((left, replies), (([], [reply]), ([request], [])),
+                              f"round {round} ({h.outcome}): a partial transaction")
+            for q in ("via-crash", "via-replies"):
+                with self.sb.get_queue_receiver(q, max_wait_time=2) as r:
+                    for m in r.receive_messages(max_message_count=10, max_wait_time=2):
+                        r.complete_message(m)
+            self.sb.close()
+            self.__class__.sb = self.broker.client()
+        print("outcomes of the send-via rounds:", outcomes)
 
     def test_kill_9_around_the_commit(self):
         """kill -9 just after the client hands over the discharge: after
