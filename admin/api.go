@@ -409,7 +409,8 @@ func (a *API) entityInfo(e *broker.Entity) (atom.Info, error) {
 }
 
 // counts are the message counts of queue q (a queue's main queue, or a
-// subscription's) and its dead-letter and transfer dead-letter queues.
+// subscription's), its dead-letter and transfer dead-letter queues, and a
+// queue's transfer queue.
 func counts(e *broker.Entity, q uint32) (atom.Counts, error) {
 	main, err := e.Counts(q)
 	if err != nil {
@@ -423,8 +424,16 @@ func counts(e *broker.Entity, q uint32) (atom.Counts, error) {
 	if err != nil {
 		return atom.Counts{}, err
 	}
-	return atom.Counts{Active: int64(main.Available + main.Locked), Scheduled: int64(main.Scheduled),
-		DeadLetter: int64(dead.Total), TransferDeadLetter: int64(tdead.Total)}, nil
+	c := atom.Counts{Active: int64(main.Available + main.Locked), Scheduled: int64(main.Scheduled),
+		DeadLetter: int64(dead.Total), TransferDeadLetter: int64(tdead.Total)}
+	if q == event.MainQueue && !e.IsTopic() {
+		// A queue's transfer queue exists once something was sent through
+		// it (send-via).
+		if tr, err := e.Counts(event.TransferQueue); err == nil {
+			c.Transfer = int64(tr.Total)
+		}
+	}
+	return c, nil
 }
 
 // listEntities serves /$Resources/Queues and /$Resources/Topics.

@@ -244,6 +244,13 @@ func (l *Life) follow(ev *event.Event) {
 			fmt.Fprintf(&b, ", time to live %s once active", time.Duration(ev.TTL))
 		}
 		l.step(ev, b.String())
+	case event.Transfer:
+		l.MessageID, l.SessionID, l.Size, l.queue = ev.MessageID, ev.SessionID, len(ev.Message), ev.Queue
+		l.stage = "available"
+		var b strings.Builder
+		fmt.Fprintf(&b, "sent through this queue as seq %d of its transfer queue, for %s", ev.Index, quoteIfNeeded(ev.Name))
+		l.describeMessage(&b, ev)
+		l.step(ev, b.String())
 	case event.Forwarded:
 		l.MessageID, l.SessionID, l.Size, l.queue = ev.MessageID, ev.SessionID, len(ev.Message), ev.Queue
 		l.stage = "available"

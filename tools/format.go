@@ -142,7 +142,7 @@ func seqOf(ev *event.Event) uint64 {
 		return ev.Index
 	}
 	switch ev.Type {
-	case event.EntityCreated, event.EntityUpdated, event.EntityDeleted, event.Remembered, event.Committed,
+	case event.EntityCreated, event.EntityUpdated, event.EntityDeleted, event.Remembered, event.Committed, event.Arrived,
 		event.SessionLocked, event.SessionLockRenewed, event.SessionUnlocked, event.SessionStateSet:
 		return 0
 	}
@@ -156,7 +156,7 @@ func isNamespaceType(t event.Type) bool {
 // hasQueue says whether events of type t are about one of the entity's
 // queues.
 func hasQueue(t event.Type) bool {
-	return !isNamespaceType(t) && t != event.Checkpoint && t != event.Remembered && t != event.Committed
+	return !isNamespaceType(t) && t != event.Checkpoint && t != event.Remembered && t != event.Committed && t != event.Arrived
 }
 
 // hasMessage says whether events of type t carry a message body (a topic's
@@ -206,6 +206,15 @@ func eventRecord(ev *event.Event, c eventContext) EventRecord {
 		if ev.TTL != 0 {
 			r.TTL = time.Duration(ev.TTL).String()
 		}
+	case event.Transfer:
+		if ev.Until != 0 {
+			r.ScheduledFor = rfc3339(ev.Until)
+		}
+		if ev.TTL != 0 {
+			r.TTL = time.Duration(ev.TTL).String()
+		}
+	case event.Arrived:
+		r.From = ev.Seq
 	case event.Locked, event.LockRenewed, event.SessionLocked, event.SessionLockRenewed:
 		r.LockedUntil = rfc3339(ev.Until)
 	case event.SessionStateSet:
@@ -273,6 +282,17 @@ func eventDetails(ev *event.Event, c eventContext) string {
 		if rule, _, err := projection.DecodeCopy(ev.State); err == nil {
 			add("rule", quoteIfNeeded(rule))
 		}
+	case event.Transfer:
+		add("to", quoteIfNeeded(ev.Name))
+		if ev.Until != 0 {
+			add("scheduled", rel(ev.Until))
+		}
+		if ev.TTL != 0 {
+			add("ttl", time.Duration(ev.TTL).String())
+		}
+	case event.Arrived:
+		add("from", fmt.Sprintf("%x/%d", ev.Source, ev.Seq))
+		return b.String()
 	case event.Remembered:
 		add("via", quoteIfNeeded(ev.Name))
 		add("id", quoteIfNeeded(ev.MessageID))
