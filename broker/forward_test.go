@@ -107,37 +107,65 @@ func TestForwardExactlyOnceAcrossAFailure(t *testing.T) {
 	}
 }
 
-// A broker stopped with a forward under way resumes it when it starts.
+// A broker stopped with a forward under way resumes it when it starts: a
+// dead-letter forward, and a send-via's transfer.
 func TestForwardResumesAfterRestart(t *testing.T) {
-	dir := t.TempDir()
-	var block atomic.Bool
-	b := openBroker(t, Options{Dir: dir, Fault: func(entity, op string) error {
-		if entity == "dst" && op == "write" && block.Load() {
-			return errors.New("target unavailable")
-		}
-		return nil
-	}})
-	if _, err := b.CreateQueue("dst", projection.DefaultConfig()); err != nil {
-		t.Fatal(err)
-	}
-	src, err := b.CreateQueue("src", deadLettersTo("dst"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	block.Store(true) // the target fails every write: the message stays put
-	deadLetterOne(t, src, "m1")
-	time.Sleep(50 * time.Millisecond)
-	if c, _ := src.Counts(event.DeadLetterQueue); c.Total != 1 {
-		t.Fatalf("source dead-letter queue %+v while the target is failing", c)
-	}
-	b.Close()
+	for _, c := range []struct {
+		name string
+		// start begins moving one message from "src" to "dst" and says
+		// from which queue of src.
+		start func(t *testing.T, b *Broker) uint32
+	}{
+		{"dead-letter forward", func(t *testing.T, b *Broker) uint32 {
+			src, err := b.CreateQueue("src", deadLettersTo("dst"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadLetterOne(t, src, "m1")
+			return event.DeadLetterQueue
+		}},
+		{"send-via", func(t *testing.T, b *Broker) uint32 {
+			src, err := b.CreateQueue("src", projection.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			src.SendVia("dst", []projection.Message{{MessageID: "m1", Body: []byte("1")}}, func(err error) { done <- err })
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			return event.TransferQueue
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var block atomic.Bool
+			b := openBroker(t, Options{Dir: dir, Fault: func(entity, op string) error {
+				if entity == "dst" && op == "write" && block.Load() {
+					return errors.New("target unavailable")
+				}
+				return nil
+			}})
+			if _, err := b.CreateQueue("dst", projection.DefaultConfig()); err != nil {
+				t.Fatal(err)
+			}
+			block.Store(true) // the target fails every write: the message stays put
+			queue := c.start(t, b)
+			src, _ := b.Entity("src")
+			time.Sleep(50 * time.Millisecond)
+			if n, _ := src.Counts(queue); n.Total != 1 {
+				t.Fatalf("source queue %d holds %+v while the target is failing", queue, n)
+			}
+			b.Close()
 
-	b = openBroker(t, Options{Dir: dir})
-	defer b.Close()
-	src, _ = b.Entity("src")
-	dst, _ := b.Entity("dst")
-	waitCounts(t, src, event.DeadLetterQueue, func(c projection.Counts) bool { return c.Total == 0 })
-	waitCounts(t, dst, event.MainQueue, func(c projection.Counts) bool { return c.Total == 1 })
+			b = openBroker(t, Options{Dir: dir})
+			defer b.Close()
+			src, _ = b.Entity("src")
+			dst, _ := b.Entity("dst")
+			waitCounts(t, src, queue, func(c projection.Counts) bool { return c.Total == 0 })
+			waitCounts(t, dst, event.MainQueue, func(c projection.Counts) bool { return c.Total == 1 })
+		})
+	}
 }
 
 // Forwarding settings that cannot work are refused: a missing target,

@@ -161,35 +161,6 @@ func TestSendViaExactlyOnceAcrossAFailure(t *testing.T) {
 	}
 }
 
-// A transfer under way when the broker stops goes on when it starts.
-func TestSendViaResumesAfterRestart(t *testing.T) {
-	dir := t.TempDir()
-	var block atomic.Bool
-	b := openBroker(t, Options{Dir: dir, Fault: func(entity, op string) error {
-		if entity == "out" && op == "write" && block.Load() {
-			return errors.New("destination unavailable")
-		}
-		return nil
-	}})
-	in, _, lock := viaPair(t, b)
-	block.Store(true)
-	if err := commitSync(in, receiveProcessSend(lock, projection.Message{MessageID: "m1", Body: []byte("1")})); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	if c, _ := in.Counts(event.TransferQueue); c.Total != 1 {
-		t.Fatalf("transfer queue %+v while the destination fails", c)
-	}
-	b.Close()
-
-	b = openBroker(t, Options{Dir: dir})
-	defer b.Close()
-	in, _ = b.Entity("in")
-	out, _ := b.Entity("out")
-	waitCounts(t, in, event.TransferQueue, func(c projection.Counts) bool { return c.Total == 0 })
-	waitCounts(t, out, event.MainQueue, func(c projection.Counts) bool { return c.Total == 1 })
-}
-
 // What cannot reach its destination (deleted meanwhile) goes to the
 // via's transfer dead-letter queue, saying why; what can is refused at
 // the commit, not after it; and a topic is no via-entity.

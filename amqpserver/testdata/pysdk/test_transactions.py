@@ -206,73 +206,62 @@ class TransactionsTest(BrokerTestCase):
         self.assertEqual(self.bodies("requests"), ["second request"])
         self.assertNotIn("no reply", self.bodies("replies"))
 
-    def test_send_via_kill_9_around_the_commit(self):
-        """As below, with the reply sent through the request's queue to
-        another: after the restart and the transfers, the request is gone
-        and the reply is in its queue once, or the request is back and no
-        reply exists."""
-        outcomes = []
-        for round in range(6):
+    def kill_rounds(self, queue, reply_to=None, rounds=6):
+        """Rounds of receive-process-send on queue (the reply to queue, or
+        through it to reply_to), each with a kill -9 just after the client
+        hands over the discharge, and a restart. Returns each round's
+        outcome, request, reply, and what queue and reply_to hold after the
+        restart and the transfers, and empties them for the next."""
+        rounds_seen = []
+        for round in range(rounds):
             request, reply = f"request-{round}", f"reply-{round}"
-            self.send("via-crash", request)
+            self.send(queue, request)
             delay = random.uniform(0, 0.004)
 
             def kill():
                 time.sleep(delay)
                 self.broker.proc.send_signal(signal.SIGKILL)
 
-            h = run(ReceiveProcessSend(self.url(), "via-crash", reply, reply_to="via-replies",
+            h = run(ReceiveProcessSend(self.url(), queue, reply, reply_to=reply_to,
                                        after_discharge=lambda: threading.Thread(target=kill).start()))
             self.broker.proc.wait()
             self.broker.start()
-            self.settled_transfers("via-crash")
-            left, replies = self.bodies("via-crash"), self.bodies("via-replies")
-            outcomes.append((h.outcome, left, replies))
-            if h.outcome == "committed":
-                self.assertEqual((left, replies), ([], [reply]), f"round {round}: told committed")
-            else:
-                self.assertIn((left, replies), (([], [reply]), ([request], [])),
-                              f"round {round} ({h.outcome}): a partial transaction")
-            for q in ("via-crash", "via-replies"):
+            held = {queue: self.bodies(queue)}
+            if reply_to:
+                self.settled_transfers(queue)
+                held = {queue: self.bodies(queue), reply_to: self.bodies(reply_to)}
+            rounds_seen.append((h.outcome, request, reply, held))
+            for q in held:
                 with self.sb.get_queue_receiver(q, max_wait_time=2) as r:
                     for m in r.receive_messages(max_message_count=10, max_wait_time=2):
                         r.complete_message(m)
             self.sb.close()
             self.__class__.sb = self.broker.client()
-        print("outcomes of the send-via rounds:", outcomes)
+        print("outcomes of the rounds:", [(o, held) for o, _, _, held in rounds_seen])
+        return rounds_seen
 
     def test_kill_9_around_the_commit(self):
-        """kill -9 just after the client hands over the discharge: after
-        the restart either all of the transaction happened or none of it,
-        and all of it if the client was told it committed."""
-        outcomes = []
-        for round in range(6):
-            request, reply = f"request-{round}", f"reply-{round}"
-            self.send("crash", request)
-            delay = random.uniform(0, 0.004)
-
-            def kill():
-                time.sleep(delay)
-                self.broker.proc.send_signal(signal.SIGKILL)
-
-            h = run(ReceiveProcessSend(self.url(), "crash", reply,
-                                       after_discharge=lambda: threading.Thread(target=kill).start()))
-            self.broker.proc.wait()
-            self.broker.start()
-            left = self.bodies("crash")
-            outcomes.append((h.outcome, left))
-            if h.outcome == "committed":
-                self.assertEqual(left, [reply], f"round {round}: told committed")
+        """After the restart either all of the transaction happened or none
+        of it, and all of it if the client was told it committed."""
+        for round, (outcome, request, reply, held) in enumerate(self.kill_rounds("crash")):
+            all_of_it, none = {"crash": [reply]}, {"crash": [request]}
+            if outcome == "committed":
+                self.assertEqual(held, all_of_it, f"round {round}: told committed")
             else:
-                self.assertIn(left, ([reply], [request]), f"round {round} ({h.outcome}): a partial transaction")
-            # Empty the queue for the next round.
-            with self.sb.get_queue_receiver("crash", max_wait_time=2) as r:
-                for m in r.receive_messages(max_message_count=10, max_wait_time=2):
-                    r.complete_message(m)
-            self.sb.close()
-            self.__class__.sb = self.broker.client()
-        print("outcomes of the rounds:", outcomes)
+                self.assertIn(held, (all_of_it, none), f"round {round} ({outcome}): a partial transaction")
 
+    def test_send_via_kill_9_around_the_commit(self):
+        """The same with the reply sent through the request's queue to
+        another: after the restart and the transfers, the request is gone
+        and the reply is in its queue once, or the request is back and no
+        reply exists."""
+        for round, (outcome, request, reply, held) in enumerate(self.kill_rounds("via-crash", "via-replies")):
+            all_of_it = {"via-crash": [], "via-replies": [reply]}
+            none = {"via-crash": [request], "via-replies": []}
+            if outcome == "committed":
+                self.assertEqual(held, all_of_it, f"round {round}: told committed")
+            else:
+                self.assertIn(held, (all_of_it, none), f"round {round} ({outcome}): a partial transaction")
 
 if __name__ == "__main__":
     import unittest
