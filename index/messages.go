@@ -39,6 +39,9 @@ const (
 	// FlagDeferred marks a locked message that was deferred before it was
 	// received by sequence number: when its lock ends it is deferred again.
 	FlagDeferred uint8 = 1 << iota
+	// FlagHeld marks a scheduled message of a transaction that has not
+	// committed: it does not activate (event.ScheduledHeld).
+	FlagHeld
 )
 
 // Meta is what the broker keeps in memory per message, 16 bytes. Everything

@@ -91,6 +91,9 @@ func (e *Entity) applyQueue(q *Queue, ev *event.Event) error {
 			q.overlays[ev.Index] = []Ref{{Index: ev.Index, Pos: ev.Pos}}
 		}
 		return nil
+	case event.ScheduledHeld:
+		e.applyHeld(q, ev)
+		return nil
 	case event.Scheduled:
 		q.add(ev.Index, index.Meta{Pos: ev.Pos, State: index.Scheduled}, ev.SessionID)
 		q.scheduleTimers.Push(ev.Until, ev.Index)
@@ -144,6 +147,8 @@ func (e *Entity) applyQueue(q *Queue, ev *event.Event) error {
 		e.deadLetter(q, ev, m)
 	case event.TransferDeadLettered:
 		return e.transferDeadLetter(q, ev, m)
+	case event.Confirmed:
+		return e.applyConfirmed(q, ev, m)
 	default:
 		return fmt.Errorf("event %d: type %s does not belong in an entity log", ev.Index, ev.Type)
 	}

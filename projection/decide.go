@@ -47,6 +47,9 @@ type Send struct {
 	// Nonce is randomness from the shell, for newid() in a topic's rule
 	// actions.
 	Nonce uint64
+	// Held schedules every message (at its ScheduledAt, or now) and holds
+	// it for a transaction's commit (event.ScheduledHeld).
+	Held bool
 }
 
 // Via is an entity on a send's ForwardTo chain whose duplicate detection
@@ -333,6 +336,8 @@ func (e *Entity) Decide(cmd Command, now int64) ([]event.Event, error) {
 		err = d.transfer(c)
 	case TransferDone:
 		err = d.transferDone(c)
+	case Confirm:
+		err = d.confirm(c)
 	case CreateSubscription:
 		err = d.createSubscription(c)
 	case UpdateSubscription:
@@ -501,6 +506,11 @@ func (d *decision) send(c Send) error {
 			}
 			batchIDs[m.MessageID] = true
 		}
+		if c.Held {
+			d.emit(event.Event{Type: event.ScheduledHeld, Queue: c.Queue, Until: max(m.ScheduledAt, d.now), TTL: int64(m.TTL),
+				MessageID: m.MessageID, SessionID: m.SessionID, Message: m.Body, Hops: c.Hops})
+			continue
+		}
 		if m.ScheduledAt > d.now {
 			d.emit(event.Event{Type: event.Scheduled, Queue: c.Queue, Until: m.ScheduledAt, TTL: int64(m.TTL),
 				MessageID: m.MessageID, SessionID: m.SessionID, Message: m.Body, Hops: c.Hops})
@@ -591,11 +601,11 @@ func (d *decision) activate(c Activate) error {
 		return err
 	}
 	m, ok := q.msgs.Get(c.Seq)
-	if !ok || m.State != index.Scheduled {
-		return nil // cancelled meanwhile
+	if !ok || m.State != index.Scheduled || m.Flags&index.FlagHeld != 0 {
+		return nil // cancelled meanwhile, or held for a transaction
 	}
 	r := c.Record
-	if r.Type != event.Scheduled || r.Index != c.Seq {
+	if r.Type != event.Scheduled && r.Type != event.ScheduledHeld || r.Index != c.Seq {
 		return fmt.Errorf("%w: activation of %d given record %s %d", ErrInvalid, c.Seq, r.Type, r.Index)
 	}
 	if d.e.IsTopic() {

@@ -58,8 +58,9 @@ import (
 //
 // Version 7 lets a queue entity hold its transfer queue (number 3: what
 // was sent through it for other entities, waiting to reach them) among its
-// queues; its layout is any queue's.
-const encodingVersion = 7
+// queues; its layout is any queue's. Version 8 lets a scheduled message
+// be held for a transaction (index.FlagHeld among its flags).
+const encodingVersion = 8
 
 // Encode appends the canonical encoding of e to dst.
 func (e *Entity) Encode(dst []byte) []byte {
@@ -467,7 +468,8 @@ func (q *Queue) decodeMessagesV5(r *event.Reader) error {
 
 // addDecoded adds message seq, read from a snapshot, after checking it.
 func (q *Queue) addDecoded(seq uint64, m index.Meta, deliveries uint64) error {
-	if m.State < index.Available || m.State > index.Scheduled || m.Flags&^index.FlagDeferred != 0 || deliveries > 1<<16-1 {
+	if m.State < index.Available || m.State > index.Scheduled || m.Flags&^(index.FlagDeferred|index.FlagHeld) != 0 ||
+		m.Flags&index.FlagHeld != 0 && m.State != index.Scheduled || deliveries > 1<<16-1 {
 		return fmt.Errorf("message %d: state %d flags %#x deliveries %d", seq, m.State, m.Flags, deliveries)
 	}
 	m.Deliveries = uint16(deliveries)

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/walbus/walbus/index"
@@ -35,10 +36,15 @@ type model struct {
 }
 
 type mMsg struct {
-	seq        uint64
-	queue      uint32
-	state      index.State
-	deferred   bool
+	seq      uint64
+	queue    uint32
+	state    index.State
+	deferred bool
+	// held: scheduled in a transaction that has not committed (a
+	// ScheduledHeld record without its Confirmed yet); it does not
+	// activate.
+	held       bool
+	activates  int64 // a scheduled message's activation time
 	deliveries int
 	session    string
 	expires    int64
@@ -189,6 +195,13 @@ func (d *mDecision) run(cmd Command) error {
 				}
 				batch[msg.MessageID] = true
 			}
+			if c.Held {
+				// Scheduled whenever it is due, now at the earliest, and
+				// held for the transaction's commit.
+				d.emit(event.Event{Type: event.ScheduledHeld, Queue: c.Queue, Until: max(msg.ScheduledAt, d.now), TTL: int64(msg.TTL),
+					MessageID: msg.MessageID, SessionID: msg.SessionID, Message: msg.Body})
+				continue
+			}
 			if msg.ScheduledAt > d.now {
 				d.emit(event.Event{Type: event.Scheduled, Queue: c.Queue, Until: msg.ScheduledAt, TTL: int64(msg.TTL),
 					MessageID: msg.MessageID, SessionID: msg.SessionID, Message: msg.Body})
@@ -233,7 +246,20 @@ func (d *mDecision) run(cmd Command) error {
 				d.emit(event.Event{Type: event.Deleted, Queue: c.Queue, Seq: seq})
 			}
 		}
+	case Confirm:
+		done := map[uint64]bool{}
+		for _, hm := range c.Messages {
+			if msg := m.msgs[hm.Seq]; msg != nil && msg.queue == c.Queue && msg.state == index.Scheduled && msg.held && !done[hm.Seq] {
+				done[hm.Seq] = true
+				d.emit(event.Event{Type: event.Confirmed, Queue: c.Queue, Seq: hm.Seq, MessageID: hm.MessageID})
+			}
+		}
 	case Activate:
+		if msg := m.msgs[c.Seq]; msg != nil && msg.held {
+			// The shell activates only what DueScheduled lists, never a
+			// held message: the projection listed one.
+			return fmt.Errorf("model: activation of held message %d", c.Seq)
+		}
 		if msg := m.msgs[c.Seq]; msg != nil && msg.state == index.Scheduled {
 			d.emit(event.Event{Type: event.Activated, Queue: c.Queue, Seq: c.Seq, Until: d.expiry(time.Duration(c.Record.TTL)),
 				MessageID: c.Record.MessageID, SessionID: c.Record.SessionID, Message: c.Record.Message})
@@ -544,7 +570,7 @@ func (m *model) apply(ev *event.Event) {
 		// Waiting to be moved on: no session, expiry or activation here.
 		m.transfer = true
 		m.msgs[ev.Index] = &mMsg{seq: ev.Index, queue: ev.Queue, state: index.Available}
-	case event.Enqueued, event.Scheduled, event.Activated, event.Forwarded:
+	case event.Enqueued, event.Scheduled, event.ScheduledHeld, event.Activated, event.Forwarded:
 		if ev.Type == event.Activated {
 			delete(m.msgs, ev.Seq)
 		}
@@ -556,8 +582,9 @@ func (m *model) apply(ev *event.Event) {
 		if sessions {
 			msg.session = ev.SessionID
 		}
-		if ev.Type == event.Scheduled {
-			msg.state, msg.expires = index.Scheduled, 0
+		if ev.Type == event.Scheduled || ev.Type == event.ScheduledHeld {
+			msg.state, msg.expires, msg.activates = index.Scheduled, 0, ev.Until
+			msg.held = ev.Type == event.ScheduledHeld
 		}
 		m.msgs[ev.Index] = msg
 		if (ev.Type == event.Enqueued || ev.Type == event.Scheduled) && m.cfg.RequiresDuplicateDetection && ev.MessageID != "" {
@@ -572,6 +599,13 @@ func (m *model) apply(ev *event.Event) {
 			msg.overlays = []uint64{ev.Index}
 		}
 		m.msgs[ev.Index] = msg
+	case event.Confirmed:
+		// Activates from now on, and counts for duplicate detection (from
+		// the commit's time: a held message's MessageId did not).
+		m.msgs[ev.Seq].held = false
+		if m.cfg.RequiresDuplicateDetection && ev.MessageID != "" {
+			m.dedup[ev.MessageID] = ev.Time
+		}
 	case event.ScheduleCancelled, event.Completed, event.Expired, event.ReceivedAndDeleted, event.Deleted:
 		delete(m.msgs, ev.Seq)
 	case event.Locked:
@@ -626,12 +660,35 @@ func (m *model) apply(ev *event.Event) {
 // observe renders everything the model and the projection must agree on.
 func (m *model) observe(now int64) string {
 	var out []string
+	var held map[uint32][]uint64
 	for _, no := range m.queues() {
+		var counts Counts
 		for _, msg := range m.inQueue(no, func(*mMsg) bool { return true }) {
-			out = append(out, fmt.Sprintf("q%d seq=%d %s deferred=%v deliveries=%d session=%q overlays=%d lock=%x/%d/%s",
-				no, msg.seq, msg.state, msg.deferred, msg.deliveries, msg.session, len(msg.overlays), msg.token, msg.lockUntil, msg.receiver))
+			out = append(out, fmt.Sprintf("q%d seq=%d %s deferred=%v held=%v deliveries=%d session=%q overlays=%d lock=%x/%d/%s",
+				no, msg.seq, msg.state, msg.deferred, msg.held, msg.deliveries, msg.session, len(msg.overlays), msg.token, msg.lockUntil, msg.receiver))
+			switch msg.state {
+			case index.Available:
+				counts.Available++
+			case index.Locked:
+				counts.Locked++
+			case index.Deferred:
+				counts.Deferred++
+			case index.Scheduled:
+				counts.Scheduled++ // held or not
+			}
+			counts.Total++
+			if msg.held {
+				if held == nil {
+					held = map[uint32][]uint64{}
+				}
+				held[no] = append(held[no], msg.seq)
+			}
+		}
+		if counts.Total > 0 {
+			out = append(out, fmt.Sprintf("q%d counts %+v", no, counts))
 		}
 	}
+	out = append(out, fmt.Sprintf("held %v", held))
 	for _, id := range slices.Sorted(maps.Keys(m.sessions)) {
 		if s := m.sessions[id]; s.owner != "" || s.state != nil {
 			out = append(out, fmt.Sprintf("session %q owner=%q until=%d state=%q", id, s.owner, s.until, s.state))
@@ -658,6 +715,16 @@ func (m *model) observe(now int64) string {
 			consider(s.until)
 		}
 	}
+	// NextDeadline is that or the first activation, of a message that is
+	// not held.
+	lockTTLSession := next
+	for _, msg := range m.msgs {
+		if msg.state == index.Scheduled && !msg.held {
+			consider(msg.activates)
+		}
+	}
+	out = append(out, fmt.Sprintf("next deadline=%d", next))
+	next = lockTTLSession
 	first := m.last + 1
 	for _, msg := range m.msgs {
 		first = min(first, msg.seq)
@@ -696,11 +763,15 @@ func observe(e *Entity, now int64) string {
 			if meta.Session != 0 {
 				session = q.sessions.ByNo(meta.Session).ID
 			}
-			out = append(out, fmt.Sprintf("q%d seq=%d %s deferred=%v deliveries=%d session=%q overlays=%d lock=%x/%d/%s",
-				q.No, seq, meta.State, meta.Flags&index.FlagDeferred != 0, meta.Deliveries, session, len(q.overlays[seq]),
-				lk.Token, lk.Until, lk.Receiver))
+			out = append(out, fmt.Sprintf("q%d seq=%d %s deferred=%v held=%v deliveries=%d session=%q overlays=%d lock=%x/%d/%s",
+				q.No, seq, meta.State, meta.Flags&index.FlagDeferred != 0, meta.Flags&index.FlagHeld != 0, meta.Deliveries,
+				session, len(q.overlays[seq]), lk.Token, lk.Until, lk.Receiver))
+		}
+		if c := q.Counts(); c.Total > 0 {
+			out = append(out, fmt.Sprintf("q%d counts %+v", q.No, c))
 		}
 	}
+	out = append(out, fmt.Sprintf("held %v", e.Held()))
 	if s := e.queues[0].sessions; s != nil {
 		for _, s := range s.Sorted() {
 			if s.Owner != "" || s.State != nil {
@@ -708,12 +779,13 @@ func observe(e *Entity, now int64) string {
 			}
 		}
 	}
+	out = append(out, fmt.Sprintf("next deadline=%d", e.NextDeadline()))
 	out = append(out, fmt.Sprintf("first-needed=%d", e.FirstNeeded()))
 	for _, from := range []uint64{e.last / 2, e.last * 3 / 4} {
 		out = append(out, fmt.Sprintf("first-needed-from(%d)=%d", from, e.FirstNeededFrom(from)))
 	}
-	// NextDeadline also covers activations; compare the rest through the
-	// model's rule by masking scheduled messages out.
+	// NextDeadline (above) also covers activations; compare the rest on
+	// its own too, through the model's rule, by masking them out.
 	next := int64(0)
 	for _, q := range e.queues {
 		for _, t := range []struct {
@@ -744,7 +816,7 @@ type history struct {
 	m       *model
 	now     int64
 	events  []event.Event
-	records map[uint64]event.Event // Scheduled records by index, for activation
+	records map[uint64]event.Event // Scheduled and ScheduledHeld records by index, for activation
 	// sendVia lets step send through the entity (Transfer), which gives it
 	// a transfer queue. Off, the state is one an older encoding can hold,
 	// as the tests of reading those need.
@@ -774,7 +846,7 @@ func (h *history) run(cmd Command) {
 		ev.Index = uint64(len(h.events) + 1)
 		ev.Pos = event.Position{Offset: uint32(ev.Index * 7 % 100000), Size: uint32(event.RecordSize(&ev))}
 		h.events = append(h.events, ev)
-		if ev.Type == event.Scheduled {
+		if ev.Type == event.Scheduled || ev.Type == event.ScheduledHeld {
 			h.records[ev.Index] = ev
 		}
 		if err := h.e.Apply(&ev); err != nil {
@@ -791,14 +863,15 @@ func (h *history) run(cmd Command) {
 	}
 }
 
+// dueScheduled is what the model says is due for activation: scheduled,
+// not held, at or before now.
 func (h *history) dueScheduled() []uint64 {
 	var due []uint64
-	for _, ev := range h.records {
-		if msg := h.m.msgs[ev.Index]; msg != nil && msg.state == index.Scheduled && ev.Until <= h.now {
-			due = append(due, ev.Index)
-		}
+	for _, msg := range h.m.inQueue(event.MainQueue, func(msg *mMsg) bool {
+		return msg.state == index.Scheduled && !msg.held && msg.activates <= h.now
+	}) {
+		due = append(due, msg.seq)
 	}
-	slices.Sort(due)
 	return due
 }
 
@@ -830,9 +903,11 @@ func eventKeys(evs []event.Event) []string {
 func (h *history) step() {
 	r := h.rng
 	cfg := h.m.cfg
-	op := r.IntN(20)
+	op := r.IntN(21)
 	if h.sendVia {
-		op = r.IntN(22)
+		op = r.IntN(23)
+	} else if op == 20 {
+		op = 22 // 20 and 21 send through the entity
 	}
 	if r.IntN(200) == 0 {
 		// Change the config under way (not RequiresSession: Service Bus forbids that).
@@ -864,6 +939,28 @@ func (h *history) step() {
 			if r.IntN(40) == 0 {
 				msgs[i].Body = make([]byte, cfg.MaxMessageSize+1)
 			}
+		}
+		if held := h.m.inQueue(event.MainQueue, func(msg *mMsg) bool { return msg.held }); len(held) > 0 && r.IntN(3) == 0 {
+			// The MessageId of a message a transaction holds: no duplicate
+			// until the commit.
+			msgs[0].MessageID = h.records[held[r.IntN(len(held))].seq].MessageID
+		}
+		// hold makes some sends a transaction's: held, each message due
+		// now (at the earliest), at a time past (long ago, even), or later.
+		hold := func(s Send) Send {
+			if r.IntN(5) > 0 {
+				return s
+			}
+			s.Held = true
+			for i := range s.Messages {
+				switch r.IntN(3) {
+				case 0:
+					s.Messages[i].ScheduledAt = h.now - int64(1+r.IntN(3600))*int64(time.Second)
+				case 1:
+					s.Messages[i].ScheduledAt = h.now + int64(r.IntN(120))*int64(time.Second)
+				}
+			}
+			return s
 		}
 		if r.IntN(5) == 0 {
 			// An arrival from another entity's dead-letter queue; small
@@ -899,14 +996,14 @@ func (h *history) step() {
 			if r.IntN(3) == 0 {
 				via[0].Name = "a"
 			}
-			h.run(Send{Queue: event.MainQueue, Messages: msgs, Via: via})
+			h.run(hold(Send{Queue: event.MainQueue, Messages: msgs, Via: via}))
 			return
 		}
 		q := uint32(r.IntN(8) / 7)
 		if r.IntN(30) == 0 {
 			q = event.TransferQueue // only a transfer reaches it
 		}
-		h.run(Send{Queue: q, Messages: msgs})
+		h.run(hold(Send{Queue: q, Messages: msgs}))
 	case 4, 5, 6:
 		limit := uint64(len(h.events)) - uint64(r.IntN(3))
 		session := ""
@@ -1094,6 +1191,60 @@ func (h *history) step() {
 		default:
 			h.run(TransferDone{Seqs: seqs})
 		}
+	case 22:
+		// A transaction ends. A roll back cancels its held messages; a
+		// commit confirms them, with their MessageIds, mostly ones still
+		// held, sometimes with ones that are not (cancelled or deleted
+		// meanwhile, confirmed already, activated since, never there), in
+		// any order, some twice.
+		var held []uint64
+		for _, msg := range h.m.inQueue(event.MainQueue, func(msg *mMsg) bool { return msg.held }) {
+			if r.IntN(3) > 0 {
+				held = append(held, msg.seq)
+			}
+		}
+		if r.IntN(5) == 0 {
+			h.run(Cancel{Queue: event.MainQueue, Seqs: held})
+			return
+		}
+		var msgs []HeldMessage
+		for _, seq := range held {
+			msgs = append(msgs, HeldMessage{Seq: seq, MessageID: h.records[seq].MessageID})
+		}
+		if len(h.records) > 0 && r.IntN(4) == 0 {
+			recs := slices.Sorted(maps.Keys(h.records))
+			seq := recs[r.IntN(len(recs))]
+			msgs = append(msgs, HeldMessage{Seq: seq, MessageID: h.records[seq].MessageID})
+		}
+		if waiting := h.m.inQueue(event.MainQueue, func(msg *mMsg) bool {
+			return msg.state == index.Scheduled && !msg.held
+		}); len(waiting) > 0 && r.IntN(4) == 0 {
+			// Scheduled but not held: never held, or confirmed already.
+			seq := waiting[r.IntN(len(waiting))].seq
+			msgs = append(msgs, HeldMessage{Seq: seq, MessageID: h.records[seq].MessageID})
+		}
+		if r.IntN(6) == 0 {
+			msgs = append(msgs, HeldMessage{Seq: uint64(r.IntN(len(h.events) + 2)), MessageID: "idX"})
+		}
+		if len(msgs) > 0 && r.IntN(5) == 0 {
+			msgs = append(msgs, msgs[r.IntN(len(msgs))])
+		}
+		if r.IntN(3) == 0 {
+			r.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+		}
+		if len(msgs) > 0 && r.IntN(10) == 0 {
+			msgs[0].MessageID = "" // one sent without a MessageId
+		}
+		q := event.MainQueue
+		switch r.IntN(15) {
+		case 0:
+			q = event.DeadLetterQueue // holds nothing held
+		case 1:
+			q = event.TransferQueue // refused until a transfer made it; holds nothing held
+		case 2:
+			q = 7 // no such queue
+		}
+		h.run(Confirm{Queue: uint32(q), Messages: msgs})
 	}
 }
 
@@ -1147,4 +1298,114 @@ func newHistory(seed uint64, cfg Config, fail func(string, ...any)) *history {
 		now: 1_700_000_000 * int64(time.Second), records: map[uint64]event.Event{}, fail: fail}
 	h.run(Configure{Name: "q", Config: cfg})
 	return h
+}
+
+// TestHeldAgainstModel walks a transaction's schedules through the
+// projection and the model on every config: a held message due long ago
+// activates only once confirmed; its MessageId blocks a later send only
+// from its Confirm on; confirming twice, or a cancelled one, does nothing.
+func TestHeldAgainstModel(t *testing.T) {
+	const sec = int64(time.Second)
+	for _, name := range slices.Sorted(mapsKeys(modelConfigs)) {
+		t.Run(name, func(t *testing.T) {
+			cfg := modelConfigs[name]
+			h := newHistory(1, cfg, t.Fatalf)
+			run := func(cmd Command) []event.Event {
+				t.Helper()
+				from := len(h.events)
+				h.run(cmd)
+				return h.events[from:]
+			}
+			types := func(evs []event.Event) string {
+				var out []string
+				for _, ev := range evs {
+					out = append(out, ev.Type.String())
+				}
+				return strings.Join(out, " ")
+			}
+			send := func(id string, at int64, held bool) []event.Event {
+				t.Helper()
+				return run(Send{Queue: event.MainQueue, Held: held,
+					Messages: []Message{{Body: []byte("m"), MessageID: id, SessionID: "s1", ScheduledAt: at}}})
+			}
+			// Time passes, and the shell activates what is due.
+			pass := func(d int64) []event.Event {
+				t.Helper()
+				h.now += d
+				evs := run(Tick{})
+				for _, seq := range h.e.DueScheduled(event.MainQueue, h.now) {
+					evs = append(evs, run(Activate{Queue: event.MainQueue, Seq: seq, Record: h.records[seq]})...)
+				}
+				return evs
+			}
+
+			evs := send("x", h.now-3600*sec, true)
+			if len(evs) != 1 || evs[0].Type != event.ScheduledHeld || evs[0].Until != h.now {
+				t.Fatalf("held send due an hour ago: %v", eventKeys(evs))
+			}
+			x := evs[0].Index
+			// Its MessageId is not remembered while held.
+			if got := types(send("x", 0, false)); got != "enqueued" {
+				t.Fatalf("send of a held message's MessageId: %s", got)
+			}
+			if got := types(pass(600 * sec)); strings.Contains(got, "activated") {
+				t.Fatalf("held for 10 minutes, past its time: %s", got)
+			}
+			if got := h.e.Held(); !reflect.DeepEqual(got, map[uint32][]uint64{event.MainQueue: {x}}) {
+				t.Fatalf("Held() = %v", got)
+			}
+			if c := h.e.Queue(event.MainQueue).Counts(); c.Scheduled != 1 {
+				t.Fatalf("counts %+v: the held message is scheduled", c)
+			}
+			if got := types(run(Confirm{Queue: event.MainQueue, Messages: []HeldMessage{{x, "x"}, {x, "x"}, {999, "z"}}})); got != "confirmed" {
+				t.Fatalf("confirm (its number twice, and an unknown one): %s", got)
+			}
+			// Remembered from the Confirm on: a send, held or not, is dropped.
+			if cfg.RequiresDuplicateDetection {
+				if got := types(send("x", 0, false)) + types(send("x", 0, true)); got != "" {
+					t.Fatalf("sends of a confirmed message's MessageId: %s", got)
+				}
+			}
+			if got := types(run(Confirm{Queue: event.MainQueue, Messages: []HeldMessage{{x, "x"}}})); got != "" {
+				t.Fatalf("confirmed again: %s", got)
+			}
+			if got := types(pass(0)); got != "activated" {
+				t.Fatalf("confirmed, due long ago: %s", got)
+			}
+			if got := h.e.Held(); got != nil {
+				t.Fatalf("Held() = %v", got)
+			}
+
+			// Held until later: after its Confirm it waits for its time.
+			evs = send("y", h.now+100*sec, true)
+			y := evs[0].Index
+			if got := types(run(Confirm{Queue: event.MainQueue, Messages: []HeldMessage{{y, "y"}}})); got != "confirmed" {
+				t.Fatalf("confirm: %s", got)
+			}
+			if got := types(pass(99 * sec)); strings.Contains(got, "activated") {
+				t.Fatalf("confirmed, not yet due: %s", got)
+			}
+			if got := types(pass(sec)); !strings.Contains(got, "activated") {
+				t.Fatalf("confirmed, due: %s", got)
+			}
+
+			// A roll back cancels; a later confirm finds nothing.
+			evs = send("z", 0, true)
+			z := evs[0].Index
+			if got := types(run(Cancel{Queue: event.MainQueue, Seqs: []uint64{z}})); got != "schedule-cancelled" {
+				t.Fatalf("roll back: %s", got)
+			}
+			if got := types(run(Confirm{Queue: event.MainQueue, Messages: []HeldMessage{{z, "z"}}})); got != "" {
+				t.Fatalf("confirm after the roll back: %s", got)
+			}
+			// A delete takes a held message too.
+			evs = send("w", 0, true)
+			if got := types(run(Delete{Queue: event.MainQueue, Seqs: []uint64{evs[0].Index}})); got != "deleted" {
+				t.Fatalf("delete of a held message: %s", got)
+			}
+			if _, err := h.e.Decide(Confirm{Queue: 7}, h.now); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("confirm in no such queue: %v", err)
+			}
+		})
+	}
 }

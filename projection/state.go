@@ -251,7 +251,7 @@ func (e *Entity) NextDeadline() int64 {
 	for _, q := range e.liveQueues() {
 		consider(q.lockTimers.Earliest(q.lockLive))
 		consider(q.ttlTimers.Earliest(q.ttlActionable))
-		consider(q.scheduleTimers.Earliest(q.scheduleLive))
+		consider(q.scheduleTimers.Earliest(q.scheduleActionable))
 		if q.sessions != nil {
 			consider(q.sessionTimers.Earliest(q.sessionLive))
 		}
@@ -260,7 +260,7 @@ func (e *Entity) NextDeadline() int64 {
 }
 
 // DueScheduled returns the scheduled messages of queue no whose activation
-// time is at or before now, in SequenceNumber order. The shell reads each
+// time is at or before now and which are not held, in SequenceNumber order. The shell reads each
 // one's record and activates it with an Activate command.
 func (e *Entity) DueScheduled(no uint32, now int64) []uint64 {
 	q := e.Queue(no)
@@ -269,7 +269,7 @@ func (e *Entity) DueScheduled(no uint32, now int64) []uint64 {
 	}
 	var out []uint64
 	q.scheduleTimers.Due(now, func(t index.Timer) {
-		if q.scheduleLive(t) {
+		if q.scheduleActionable(t) {
 			out = append(out, t.Key)
 		}
 	})

@@ -106,6 +106,9 @@ var layouts = map[Type][]field{
 	Committed:  {fState},
 	Transfer:   {fQueue, fUntil, fTTL, fMessageID, fSessionID, fName, fMessage},
 	Arrived:    {fSource, fSeq},
+
+	ScheduledHeld: {fQueue, fUntil, fTTL, fMessageID, fSessionID, fMessage},
+	Confirmed:     {fQueue, fSeq, fMessageID},
 }
 
 // tails names the optional field a type's payload may end with, after its
@@ -115,7 +118,7 @@ var layouts = map[Type][]field{
 // refuses a tail that holds zero, so every record has one encoding.
 var tails = map[Type]field{
 	Enqueued: fHops, Scheduled: fHops, Activated: fHops, Forwarded: fHops, Restored: fHops, RestoredCopy: fHops,
-	Published: fHops, Transfer: fHops,
+	Published: fHops, Transfer: fHops, ScheduledHeld: fHops,
 }
 
 // tail is the optional field e's record carries, if any.

@@ -130,6 +130,17 @@ const (
 	// after a crash is known by a Seq no greater than the last one's, and
 	// dropped. It has no queue.
 	Arrived Type = 62
+	// ScheduledHeld: a message scheduled inside a transaction, as
+	// Scheduled (its index is its SequenceNumber, the one the schedule
+	// answered with), but held: it neither activates nor counts as
+	// duplicate-detected until a Confirmed event for it, which the
+	// transaction's commit writes. A roll back cancels it
+	// (ScheduleCancelled), and so does the next start for one whose
+	// transaction never committed.
+	ScheduledHeld Type = 63
+	// Confirmed: held message Seq of queue Queue is scheduled for good;
+	// MessageID is what duplicate detection remembers of it from now on.
+	Confirmed Type = 64
 )
 
 // LockToken identifies one lock on one message. It is a GUID on the wire.
@@ -201,6 +212,7 @@ var typeNames = map[Type]string{
 	SessionLocked: "session-locked", SessionLockRenewed: "session-lock-renewed",
 	SessionUnlocked: "session-unlocked", SessionStateSet: "session-state-set",
 	Checkpoint: "checkpoint", Committed: "committed", Transfer: "transfer", Arrived: "arrived",
+	ScheduledHeld: "scheduled-held", Confirmed: "confirmed",
 
 	TransferDeadLettered: "transfer-dead-lettered", Deleted: "deleted",
 }
@@ -216,7 +228,7 @@ func (t Type) String() string {
 // SequenceNumber is the event's index.
 func (t Type) CreatesMessage() bool {
 	switch t {
-	case Enqueued, Scheduled, Activated, Forwarded, Restored, RestoredCopy, Published, Copied, Transfer:
+	case Enqueued, Scheduled, Activated, Forwarded, Restored, RestoredCopy, Published, Copied, Transfer, ScheduledHeld:
 		return true
 	}
 	return false
