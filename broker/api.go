@@ -22,6 +22,10 @@ func DefaultConfig() Config { return projection.DefaultConfig() }
 // Message is one message as a sender hands it to an entity.
 type Message = projection.Message
 
+// HeldMessage is a message a schedule in a transaction holds until its
+// commit (Entity.ScheduleHeld).
+type HeldMessage = projection.HeldMessage
+
 // EmptySessionID is how the broker holds the session id "" (a group-id
 // present and empty), as "" means no session: SessionIDOf maps a client's
 // session id in, ClientSessionID maps it back.

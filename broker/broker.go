@@ -331,9 +331,11 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	b.logger.Info("entities recovered", "entities", len(rec.Entities), "from_snapshots", summary.snapshots,
 		"records_replayed", summary.replayed, "tails_repaired", summary.repaired)
 	// Work that was under way at the crash or shutdown (a dead-letter
-	// forward) resumes once every entity is open: wake each actor.
+	// forward, a transfer) resumes once every entity is open: wake each
+	// actor, which first cancels what transactions held and never
+	// committed (before any client can reach it).
 	for _, e := range b.entities {
-		e.post(func(*Entity) {})
+		e.post((*Entity).cancelHeld)
 	}
 	rec.Took = time.Since(start)
 	disk := newDiskGuard(b)

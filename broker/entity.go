@@ -332,7 +332,7 @@ func (e *Entity) applyAppended(evs []event.Event, err error) error {
 func (e *Entity) trackCache(ev *event.Event) {
 	switch ev.Type {
 	case event.Enqueued, event.Scheduled, event.Activated, event.Forwarded, event.Restored, event.RestoredCopy,
-		event.Published, event.Copied, event.Transfer:
+		event.Published, event.Copied, event.Transfer, event.ScheduledHeld:
 		e.cache.add(*ev)
 		if ev.Type == event.Activated || ev.Type == event.Published && ev.Seq != 0 {
 			e.cache.remove(ev.Seq)

@@ -100,6 +100,40 @@ func (e *Entity) filterMessage(body []byte) *FilterMessage {
 // stored (scheduled or, if due already, enqueued), in order. Duplicates
 // dropped by duplicate detection have none.
 func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]uint64, error)) {
+	e.schedule(queue, msgs, false, func(evs []event.Event, err error) {
+		seqs := make([]uint64, 0, len(evs))
+		for i := range evs {
+			if evs[i].Type.CreatesMessage() {
+				seqs = append(seqs, evs[i].Index)
+			}
+		}
+		done(seqs, err)
+	})
+}
+
+// ScheduleHeld is Schedule inside a transaction: the messages are written
+// now and their numbers reported, but they are held (they neither
+// activate nor count for duplicate detection) until the transaction's
+// commit confirms them (Transaction.Schedules); a roll back cancels them.
+// As for a transaction's sends, a queue that forwards is refused.
+func (e *Entity) ScheduleHeld(queue uint32, msgs []projection.Message, done func([]projection.HeldMessage, error)) {
+	if t, _, _, err := e.forwardTarget(queue, msgs); err == nil && t != e {
+		done(nil, fmt.Errorf("%w: %s forwards to %s", ErrTxForwarding, e.name, t.name))
+		return
+	}
+	e.schedule(queue, msgs, true, func(evs []event.Event, err error) {
+		held := make([]projection.HeldMessage, 0, len(evs))
+		for i := range evs {
+			if evs[i].Type == event.ScheduledHeld {
+				held = append(held, projection.HeldMessage{Seq: evs[i].Index, MessageID: evs[i].MessageID})
+			}
+		}
+		done(held, err)
+	})
+}
+
+// schedule sends msgs, held or not, and hands done the events it wrote.
+func (e *Entity) schedule(queue uint32, msgs []projection.Message, held bool, done func([]event.Event, error)) {
 	e.touch(queue)
 	if err := e.b.refuseNew(); err != nil {
 		done(nil, err)
@@ -112,22 +146,15 @@ func (e *Entity) Schedule(queue uint32, msgs []projection.Message, done func([]u
 	}
 	t.readFilters(msgs)
 	err = t.post(func(e *Entity) {
-		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via, Nonce: e.topicNonce()})
+		evs, err := e.decide(projection.Send{Queue: queue, Messages: msgs, Hops: hops, Via: via, Nonce: e.topicNonce(),
+			Held: held})
 		if err != nil {
 			done(nil, err)
 			return
 		}
 		// Append sets each Index under the log's lock before the writer can
 		// see the group, so done may read them.
-		if err := e.commit(evs, func(err error) {
-			seqs := make([]uint64, 0, len(evs))
-			for i := range evs {
-				if evs[i].Type.CreatesMessage() {
-					seqs = append(seqs, evs[i].Index)
-				}
-			}
-			done(seqs, err)
-		}); err != nil {
+		if err := e.commit(evs, func(err error) { done(evs, err) }); err != nil {
 			done(nil, err)
 		}
 	})
@@ -391,8 +418,8 @@ func (e *Entity) Peek(queue uint32, from uint64, max int, session string) ([]Del
 		for len(out) < max {
 			seqs := q.Peek(from, max, e.durable)
 			for _, seq := range seqs {
-				if m, _ := q.Message(seq); sessionNo != 0 && m.Session != sessionNo {
-					continue
+				if m, _ := q.Message(seq); sessionNo != 0 && m.Session != sessionNo || m.Flags&index.FlagHeld != 0 {
+					continue // another session's, or held for a transaction not yet committed
 				}
 				d, err := e.delivery(queue, seq)
 				if err != nil {

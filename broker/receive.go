@@ -435,7 +435,7 @@ func (e *Entity) delivery(q uint32, seq uint64) (Delivery, error) {
 		Message:    rec.Message,
 	}
 	switch rec.Type {
-	case event.Scheduled:
+	case event.Scheduled, event.ScheduledHeld:
 		d.ScheduledAt = rec.Until
 	default:
 		if event.KindOf(q) == event.KindMessages {

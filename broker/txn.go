@@ -23,6 +23,15 @@ type Transaction struct {
 	// Transfers are sends to other entities through this one (send-via),
 	// in the order they were sent.
 	Transfers []TxTransfer
+	// Schedules are the messages ScheduleHeld wrote for the transaction,
+	// which its commit confirms.
+	Schedules []TxSchedule
+}
+
+// TxSchedule is a schedule of a transaction: held messages of Queue.
+type TxSchedule struct {
+	Queue    uint32
+	Messages []projection.HeldMessage
 }
 
 // TxSend is one send of a transaction.
@@ -55,6 +64,9 @@ func (tx *Transaction) Ops() int {
 	}
 	for _, t := range tx.Transfers {
 		n += len(t.Messages)
+	}
+	for _, s := range tx.Schedules {
+		n += len(s.Messages)
 	}
 	return n
 }
@@ -132,6 +144,13 @@ func (e *Entity) decideTx(tx Transaction) ([]event.Event, error) {
 		}
 		evs = append(evs, out...)
 	}
+	for _, s := range tx.Schedules {
+		out, err := e.decide(projection.Confirm{Queue: s.Queue, Messages: s.Messages})
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, out...)
+	}
 	for i, s := range tx.Settles {
 		for _, before := range tx.Settles[:i] {
 			if before.Queue == s.Queue && before.Settlement.Token == s.Settlement.Token {
@@ -151,4 +170,21 @@ func (e *Entity) decideTx(tx Transaction) ([]event.Event, error) {
 		return nil, err
 	}
 	return append(evs, event.Event{Type: event.Committed, Time: e.now(), State: bytes.Clone(tx.ID)}), nil
+}
+
+// cancelHeld cancels every held schedule: the transactions that held them
+// ended with the process that ran them. It runs on the actor at start.
+func (e *Entity) cancelHeld() {
+	for queue, seqs := range e.st.Held() {
+		evs, err := e.decide(projection.Cancel{Queue: queue, Seqs: seqs})
+		if err == nil {
+			err = e.commit(evs, nil)
+		}
+		if err != nil {
+			e.logger().Warn("cannot cancel what transactions that did not commit scheduled", "queue", queue, "err", err)
+			continue
+		}
+		e.logger().Info("cancelled what transactions that did not commit scheduled", "queue", queuePath(e.st, e.name, queue),
+			"messages", len(seqs))
+	}
 }
