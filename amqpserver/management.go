@@ -333,6 +333,22 @@ func (t *mgmtTarget) batchDelete(req *rpcRequest, body encoding.Map, reply func(
 
 // schedule stores messages that carry x-opt-scheduled-enqueue-time.
 func (t *mgmtTarget) schedule(body encoding.Map, reply func(rpcResponse)) {
+	msgs, err := scheduleRequest(body)
+	if err != nil {
+		reply(failure(err))
+		return
+	}
+	t.e.Schedule(t.queue, msgs, func(seqs []uint64, err error) {
+		if err != nil {
+			reply(failure(err))
+			return
+		}
+		reply(scheduled(seqs))
+	})
+}
+
+// scheduleRequest reads the messages of a schedule-message request.
+func scheduleRequest(body encoding.Map) ([]broker.Message, error) {
 	v, _ := body.Get("messages")
 	list, _ := v.(encoding.List)
 	msgs := make([]broker.Message, 0, len(list))
@@ -341,27 +357,24 @@ func (t *mgmtTarget) schedule(body encoding.Map, reply func(rpcResponse)) {
 		raw, found := entry.Get("message")
 		b, isBin := raw.([]byte)
 		if !found || !isBin {
-			reply(failure(fmt.Errorf("%w: schedule-message entry without an encoded message", broker.ErrInvalid)))
-			return
+			return nil, fmt.Errorf("%w: schedule-message entry without an encoded message", broker.ErrInvalid)
 		}
 		m, err := inboundOne(b)
 		if err != nil {
-			reply(failure(fmt.Errorf("%w: %v", broker.ErrInvalid, err)))
-			return
+			return nil, fmt.Errorf("%w: %v", broker.ErrInvalid, err)
 		}
 		msgs = append(msgs, m)
 	}
-	t.e.Schedule(t.queue, msgs, func(seqs []uint64, err error) {
-		if err != nil {
-			reply(failure(err))
-			return
-		}
-		arr := encoding.Array{Code: encoding.CodeLong}
-		for _, s := range seqs {
-			arr.Elements = append(arr.Elements, int64(s))
-		}
-		reply(ok(200, encoding.Map{{Key: "sequence-numbers", Value: arr}}))
-	})
+	return msgs, nil
+}
+
+// scheduled is the answer to a schedule-message request.
+func scheduled(seqs []uint64) rpcResponse {
+	arr := encoding.Array{Code: encoding.CodeLong}
+	for _, s := range seqs {
+		arr.Elements = append(arr.Elements, int64(s))
+	}
+	return ok(200, encoding.Map{{Key: "sequence-numbers", Value: arr}})
 }
 
 func timestampArray(ns []int64) encoding.Array {

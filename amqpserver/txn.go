@@ -180,10 +180,70 @@ func (cl *coordinatorLink) declare(d transport.Delivery) {
 
 // endTxnLocked forgets a transaction that did not commit. Its
 // dispositions stay unsettled: their locks are still held, and the client
-// may settle them again. Callers hold cs.mu.
+// may settle them again. What it scheduled is cancelled. Callers hold
+// cs.mu.
 func (cs *connState) endTxnLocked(key string, t *txn) {
 	t.timer.Stop()
 	delete(cs.txns.open, key)
+	cancelHeld(t.e, t.work.Schedules)
+}
+
+// cancelHeld cancels the held schedules of a transaction that did not
+// commit. Nobody waits for it: a start cancels what a crash left held.
+func cancelHeld(e *broker.Entity, schedules []broker.TxSchedule) {
+	if len(schedules) == 0 {
+		return
+	}
+	// Off the caller's goroutine: it may hold cs.mu, or be an actor.
+	go func() {
+		for _, s := range schedules {
+			seqs := make([]uint64, len(s.Messages))
+			for i, m := range s.Messages {
+				seqs[i] = m.Seq
+			}
+			e.Cancel(s.Queue, seqs, func(error) {})
+		}
+	}()
+}
+
+// txnSchedule schedules messages in a transaction: they are written now,
+// held, and answered with their SequenceNumbers; the commit confirms them
+// and a roll back cancels them. A schedule still under way when its
+// transaction is discharged is cancelled and answered with the
+// transaction's end.
+func (cs *connState) txnSchedule(t *mgmtTarget, id []byte, req *rpcRequest, reply func(rpcResponse)) {
+	msgs, err := scheduleRequest(req.bodyMap())
+	if err != nil {
+		reply(failure(err))
+		return
+	}
+	txn, ferr := cs.joinTxn(id, t.e, len(msgs))
+	if ferr != nil {
+		reply(rpcResponse{status: 400, condition: string(ferr.Condition), description: ferr.Description})
+		return
+	}
+	cs.mu.Unlock()
+	t.e.ScheduleHeld(t.queue, msgs, func(held []broker.HeldMessage, err error) {
+		if err != nil {
+			reply(failure(err))
+			return
+		}
+		seqs := make([]uint64, len(held))
+		for i, m := range held {
+			seqs[i] = m.Seq
+		}
+		cs.mu.Lock()
+		if cs.txns.open[string(id)] != txn || txn.discharging {
+			ferr := cs.unknownTxn(id)
+			cs.mu.Unlock()
+			cancelHeld(t.e, []broker.TxSchedule{{Queue: t.queue, Messages: held}})
+			reply(rpcResponse{status: 400, condition: string(ferr.Condition), description: ferr.Description})
+			return
+		}
+		txn.work.Schedules = append(txn.work.Schedules, broker.TxSchedule{Queue: t.queue, Messages: held})
+		cs.mu.Unlock()
+		reply(scheduled(seqs))
+	})
 }
 
 // unknownTxn is the error for a txn-id the connection does not hold.
@@ -222,6 +282,7 @@ func (cl *coordinatorLink) discharge(d transport.Delivery, dis frames.Discharge)
 		delete(cs.txns.open, key)
 		cs.mu.Unlock()
 		if err != nil {
+			cancelHeld(t.e, t.work.Schedules)
 			d.Settle(&frames.Rejected{Error: &frames.Error{Condition: condTxnRollback,
 				Description: fmt.Sprintf("the transaction was rolled back: %s", describe(err))}})
 			return
@@ -308,11 +369,10 @@ func (rl *receiverLink) txnSettle(id uint32, token broker.LockToken, ts *frames.
 }
 
 // txnRequest runs a management request sent in a transaction. Settling
-// by lock token joins the transaction; reading operations (peek, renew,
-// session state) and receiving deferred messages change nothing a roll
-// back would undo and run as they are; the others (scheduling, whose
-// answer names SequenceNumbers only a commit assigns) cannot yet be part
-// of one.
+// by lock token and scheduling join the transaction; reading operations
+// (peek, renew, session state) and receiving deferred messages change
+// nothing a roll back would undo and run as they are; the others
+// (cancelling a schedule, batch delete, rules) cannot be part of one.
 func (cs *connState) txnRequest(t *mgmtTarget, id []byte, req *rpcRequest, reply func(rpcResponse)) {
 	switch op := req.prop("operation"); op {
 	case "com.microsoft:update-disposition":
@@ -332,6 +392,8 @@ func (cs *connState) txnRequest(t *mgmtTarget, id []byte, req *rpcRequest, reply
 		}
 		cs.mu.Unlock()
 		reply(ok(200, nil))
+	case "com.microsoft:schedule-message":
+		cs.txnSchedule(t, id, req, reply)
 	case "com.microsoft:peek-message", "com.microsoft:renew-lock", "com.microsoft:renew-session-lock",
 		"com.microsoft:get-session-state", "com.microsoft:enumerate-rules", "com.microsoft:get-message-sessions",
 		"com.microsoft:receive-by-sequence-number":

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -589,4 +590,118 @@ func TestSendViaNeedsSendOnBoth(t *testing.T) {
 		}
 	}
 	waitTotal(t, q2, 1)
+}
+
+// scheduleInTxn sends a schedule-message request for messages scheduled at
+// the given times on handle 3 (q1's $management) in txn, and returns the
+// SequenceNumbers of its answer.
+func (c *txnClient) scheduleInTxn(txn []byte, at ...time.Time) []int64 {
+	c.t.Helper()
+	var entries encoding.List
+	for i, when := range at {
+		raw := marshal(c.t, &amqp.Message{
+			Annotations: amqp.Annotations{"x-opt-scheduled-enqueue-time": when},
+			Properties:  &amqp.MessageProperties{MessageID: fmt.Sprintf("scheduled-%d", i)},
+			Data:        [][]byte{[]byte("later")},
+		})
+		entries = append(entries, encoding.Map{{Key: "message-id", Value: fmt.Sprintf("scheduled-%d", i)}, {Key: "message", Value: raw}})
+	}
+	req := encodeRequest(encoding.Map{{Key: "operation", Value: "com.microsoft:schedule-message"}},
+		encoding.Map{{Key: "messages", Value: entries}})
+	c.outcome(c.transfer(3, &frames.TransactionalState{TxnID: txn}, req))
+	for {
+		p, payload := c.frame()
+		if _, ok := p.(*frames.Transfer); !ok {
+			continue
+		}
+		resp, err := parseRequest(payload)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if v, _ := resp.props.Get("statusCode"); v != int32(200) {
+			c.t.Fatalf("schedule in a transaction answered %+v", resp.props)
+		}
+		v, _ := resp.bodyMap().Get("sequence-numbers")
+		arr, _ := v.(encoding.Array)
+		var seqs []int64
+		for _, e := range arr.Elements {
+			seqs = append(seqs, e.(int64))
+		}
+		return seqs
+	}
+}
+
+// A schedule in a transaction answers with its SequenceNumbers at once,
+// but its messages show and activate only after the commit: one due
+// already arrives then, the other waits for its time. A roll back cancels
+// what it scheduled.
+func TestTransactionalSchedule(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	e, _ := b.Entity("q1")
+	c := dialTxn(t, addr)
+	c.attachSender(3, "q1/$management")
+	c.attachJS(4, "replies", "q1/$management", false)
+	c.flow(4, 0, 10, false)
+
+	txn := c.declare()
+	seqs := c.scheduleInTxn(txn, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+	if len(seqs) != 2 || seqs[0] >= seqs[1] {
+		t.Fatalf("sequence numbers %v", seqs)
+	}
+	visible := func() []int64 {
+		t.Helper()
+		if err := e.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := e.Peek(broker.MainQueue, 0, 10, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, d := range ds {
+			out = append(out, int64(d.Seq))
+		}
+		return out
+	}
+	time.Sleep(20 * time.Millisecond) // the due one would have activated by now
+	if got := visible(); len(got) != 0 {
+		t.Fatalf("before the commit, a peek shows %v", got)
+	}
+	if _, ok := c.discharge(txn, false).(*frames.Accepted); !ok {
+		t.Fatal("commit refused")
+	}
+	waitTotal(t, e, 2)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, _ := e.Counts(broker.MainQueue)
+		if n.Available == 1 && n.Scheduled == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the commit: %+v, want the due message available and the other scheduled", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The due one went live under a new number (as any activation); the
+	// other keeps the number the schedule gave.
+	if got := visible(); len(got) != 2 || !slices.Contains(got, seqs[1]) || slices.Contains(got, seqs[0]) {
+		t.Fatalf("after the commit, a peek shows %v; scheduled were %v", got, seqs)
+	}
+
+	rolled := c.declare()
+	c.scheduleInTxn(rolled, time.Now().Add(time.Hour))
+	if _, ok := c.discharge(rolled, true).(*frames.Accepted); !ok {
+		t.Fatal("roll back refused")
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		n, _ := e.Counts(broker.MainQueue)
+		if n.Total == 2 && n.Scheduled == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a roll back: %+v, want what the commit left", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
