@@ -226,15 +226,19 @@ func (l *Life) follow(ev *event.Event) {
 		}
 	}
 	switch ev.Type {
-	case event.Enqueued, event.Scheduled:
+	case event.Enqueued, event.Scheduled, event.ScheduledHeld:
 		l.MessageID, l.SessionID, l.Size, l.queue = ev.MessageID, ev.SessionID, len(ev.Message), ev.Queue
 		var b strings.Builder
-		if ev.Type == event.Enqueued {
+		switch ev.Type {
+		case event.Enqueued:
 			l.stage = "available"
 			fmt.Fprintf(&b, "enqueued as seq %d in %s", ev.Index, QueueName(ev.Queue))
-		} else {
+		case event.Scheduled:
 			l.stage = "scheduled"
 			fmt.Fprintf(&b, "scheduled as seq %d for %s", ev.Index, until(ev.Until))
+		default:
+			l.stage = "held"
+			fmt.Fprintf(&b, "scheduled as seq %d for %s in a transaction, held until it commits", ev.Index, until(ev.Until))
 		}
 		l.describeMessage(&b, ev)
 		if ev.Type == event.Enqueued && ev.Until != 0 {
@@ -278,6 +282,9 @@ func (l *Life) follow(ev *event.Event) {
 	case event.ScheduleCancelled:
 		l.stage, l.Outcome = "", "cancelled"
 		l.step(ev, "cancelled before its activation")
+	case event.Confirmed:
+		l.stage = "scheduled"
+		l.step(ev, "its transaction committed: scheduled for good")
 	case event.Locked:
 		l.stage, l.receiver, l.lockUntil = "locked", ev.Receiver, ev.Until
 		l.step(ev, fmt.Sprintf("locked by %s until %s, delivery attempt %d, token %s",

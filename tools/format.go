@@ -201,7 +201,7 @@ func eventRecord(ev *event.Event, c eventContext) EventRecord {
 		if ev.Until != 0 {
 			r.Expires = rfc3339(ev.Until)
 		}
-	case event.Scheduled:
+	case event.Scheduled, event.ScheduledHeld:
 		r.ScheduledFor = rfc3339(ev.Until)
 		if ev.TTL != 0 {
 			r.TTL = time.Duration(ev.TTL).String()
@@ -347,11 +347,13 @@ func eventDetails(ev *event.Event, c eventContext) string {
 		if ev.Until != 0 {
 			add("expires", rel(ev.Until))
 		}
-	case event.Scheduled:
+	case event.Scheduled, event.ScheduledHeld:
 		add("at", rel(ev.Until))
 		if ev.TTL != 0 {
 			add("ttl", time.Duration(ev.TTL).String())
 		}
+	case event.Confirmed:
+		add("id", quoteIfNeeded(ev.MessageID))
 	case event.Locked:
 		add("receiver", quoteIfNeeded(ev.Receiver))
 		add("until", rel(ev.Until))

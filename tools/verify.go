@@ -527,7 +527,7 @@ func (c *entityCheck) full(seg string) {
 			if _, locked := q.Lock(seq); locked != (m.State == index.Locked) {
 				c.lg.eventf(seg, at, "queue %s: message %d is %s but has a lock record: %v", qn, seq, m.State, locked)
 			}
-			c.record(qn, seq, seq, m.Pos, "its own record", event.Enqueued, event.Scheduled, event.Activated, event.Forwarded, event.Transfer,
+			c.record(qn, seq, seq, m.Pos, "its own record", event.Enqueued, event.Scheduled, event.ScheduledHeld, event.Activated, event.Forwarded, event.Transfer,
 				event.Restored, event.RestoredCopy, event.Published, event.Copied)
 			for i, ref := range q.Overlays(seq) {
 				// A topic's copy reads its body from the published record
