@@ -404,14 +404,21 @@ func (c *txnClient) attachVia(handle uint32, via string, to any) (*frames.Attach
 // waitTotal waits until queue 0 of e holds n messages.
 func waitTotal(t *testing.T, e *broker.Entity, n uint64) {
 	t.Helper()
+	waitCounts(t, e, fmt.Sprint(n, " messages"), func(c broker.Counts) bool { return c.Total == n })
+}
+
+// waitCounts waits until the counts of queue 0 of e are as want says
+// (what describes them).
+func waitCounts(t *testing.T, e *broker.Entity, what string, want func(broker.Counts) bool) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := e.Counts(broker.MainQueue)
-		if err == nil && c.Total == n {
+		if err == nil && want(c) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s holds %+v (%v), want %d messages", e.Name(), c, err, n)
+			t.Fatalf("%s holds %+v (%v), want %s", e.Name(), c, err, what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -670,18 +677,9 @@ func TestTransactionalSchedule(t *testing.T) {
 	if _, ok := c.discharge(txn, false).(*frames.Accepted); !ok {
 		t.Fatal("commit refused")
 	}
-	waitTotal(t, e, 2)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n, _ := e.Counts(broker.MainQueue)
-		if n.Available == 1 && n.Scheduled == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the commit: %+v, want the due message available and the other scheduled", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitCounts(t, e, "the due message available and the other scheduled", func(n broker.Counts) bool {
+		return n.Total == 2 && n.Available == 1 && n.Scheduled == 1
+	})
 	// The due one went live under a new number (as any activation); the
 	// other keeps the number the schedule gave.
 	if got := visible(); len(got) != 2 || !slices.Contains(got, seqs[1]) || slices.Contains(got, seqs[0]) {
@@ -693,15 +691,7 @@ func TestTransactionalSchedule(t *testing.T) {
 	if _, ok := c.discharge(rolled, true).(*frames.Accepted); !ok {
 		t.Fatal("roll back refused")
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		n, _ := e.Counts(broker.MainQueue)
-		if n.Total == 2 && n.Scheduled == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after a roll back: %+v, want what the commit left", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitCounts(t, e, "what the commit left, after a roll back", func(n broker.Counts) bool {
+		return n.Total == 2 && n.Scheduled == 1
+	})
 }
