@@ -18,14 +18,14 @@ import (
 )
 
 // startRaw is startBroker with a custom server config, for go-amqp tests.
-func startRaw(t *testing.T, cfg Config) (*broker.Broker, string) {
+func startRaw(t testing.TB, cfg Config) (*broker.Broker, string) {
 	t.Helper()
 	return startRawWith(t, cfg, broker.Options{})
 }
 
 // startRawWith is startRaw with broker options (its Dir is a new temporary
 // directory).
-func startRawWith(t *testing.T, cfg Config, opts broker.Options) (*broker.Broker, string) {
+func startRawWith(t testing.TB, cfg Config, opts broker.Options) (*broker.Broker, string) {
 	t.Helper()
 	opts.Dir = t.TempDir()
 	opts.NewBracket = NewBracket // as serve does

@@ -2,6 +2,7 @@ package amqpserver
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"syscall"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/Azure/go-amqp"
 
+	"github.com/walbus/walbus/amqpserver/frames"
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/broker"
 )
@@ -129,5 +131,109 @@ func BenchmarkInbound(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkReceiveProcessSendAMQP is broker's BenchmarkReceiveProcessSend
+// through the protocol, with the project's frame client: requests
+// received from "in" on a peek-lock link, and for each a 1 KiB reply to
+// "out", n at a time: in a transaction on "in" whose replies go through
+// it (a send-via sender: transactional transfers and dispositions, then
+// the discharge), or without one (an accept and a send to "out" on its own
+// sender, each answered before the next round). Durable logs, the whole
+// server in process; the CPU per round is the process's, client included.
+// A run ends when "out" holds every reply.
+//
+//	go test ./amqpserver -run '^$' -bench ReceiveProcessSendAMQP -benchtime 1000x
+func BenchmarkReceiveProcessSendAMQP(b *testing.B) {
+	for _, n := range []int{1, 10} {
+		for _, txn := range []bool{true, false} {
+			name := fmt.Sprintf("n=%d/plain", n)
+			if txn {
+				name = fmt.Sprintf("n=%d/transaction", n)
+			}
+			b.Run(name, func(b *testing.B) {
+				br, addr := startRawWith(b, Config{}, broker.Options{})
+				in, err := br.CreateQueue("in", broker.DefaultConfig())
+				if err != nil {
+					b.Fatal(err)
+				}
+				out, err := br.CreateQueue("out", broker.DefaultConfig())
+				if err != nil {
+					b.Fatal(err)
+				}
+				body := dataMessage(string(make([]byte, 1024)))
+				backlog := make([]broker.Message, 0, b.N*n)
+				for range b.N * n {
+					backlog = append(backlog, broker.Message{Body: body})
+				}
+				for len(backlog) > 0 {
+					k := min(len(backlog), 1000)
+					done := make(chan error, 1)
+					in.Send(broker.MainQueue, backlog[:k], func(err error) { done <- err })
+					if err := <-done; err != nil {
+						b.Fatal(err)
+					}
+					backlog = backlog[k:]
+				}
+				c := dialTxn(b, addr)
+				c.attachJS(2, "r", "in", false)
+				c.attachVia(3, "in", "out")
+				c.attachSender(4, "out")
+				var received uint32
+				b.ResetTimer()
+				cpu := processCPU()
+				for range b.N {
+					c.send(0, &frames.Flow{NextIncomingID: frames.Some(received), IncomingWindow: 1 << 20,
+						NextOutgoingID: c.sent, OutgoingWindow: 1 << 20, Handle: frames.Some[uint32](2),
+						DeliveryCount: frames.Some(received), LinkCredit: frames.Some(uint32(n))}, nil)
+					ids := make([]uint32, 0, n)
+					for len(ids) < n {
+						if p, _ := c.frame(); p != nil {
+							if tr, ok := p.(*frames.Transfer); ok {
+								ids = append(ids, tr.DeliveryID.Or(0))
+							}
+						}
+					}
+					received += uint32(n)
+					if !txn {
+						sends := make([]uint32, n)
+						for i, id := range ids {
+							c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: id, State: &frames.Accepted{}}, nil)
+							sends[i] = c.transfer(4, nil, body)
+						}
+						for i, id := range ids {
+							c.disposition(frames.RoleSender, id)
+							c.outcome(sends[i])
+						}
+						continue
+					}
+					t := c.declare()
+					state := &frames.TransactionalState{TxnID: t, Outcome: &frames.Accepted{}}
+					sends := make([]uint32, n)
+					for i, id := range ids {
+						sends[i] = c.transfer(3, &frames.TransactionalState{TxnID: t}, body)
+						c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: id, State: state}, nil)
+					}
+					for _, s := range sends {
+						c.outcome(s)
+					}
+					if _, ok := c.discharge(t, false).(*frames.Accepted); !ok {
+						b.Fatal("commit refused")
+					}
+					for _, id := range ids {
+						c.disposition(frames.RoleSender, id)
+					}
+				}
+				for {
+					if cnt, _ := out.Counts(broker.MainQueue); cnt.Total == uint64(b.N*n) {
+						break
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rounds/s")
+				b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/round")
+			})
+		}
 	}
 }

@@ -27,11 +27,11 @@ type heldFrame struct {
 type txnClient struct {
 	*frameClient
 	sent uint32                // deliveries sent: the session's next delivery-id
-	seen []*frames.Disposition // dispositions read and not yet asked for
+	seen map[seenKey]frames.DeliveryState // dispositions read and not yet asked for, per delivery
 	held []heldFrame           // other frames read meanwhile
 }
 
-func dialTxn(t *testing.T, addr string) *txnClient {
+func dialTxn(t testing.TB, addr string) *txnClient {
 	t.Helper()
 	c := &txnClient{frameClient: dialFrames(t, addr)}
 	c.send(0, &frames.Attach{Name: "txn-ctrl", Handle: 0, Role: frames.RoleSender,
@@ -86,22 +86,34 @@ func (c *txnClient) outcome(id uint32) frames.DeliveryState {
 // sent), waiting for it unless it came already.
 func (c *txnClient) disposition(role frames.Role, id uint32) frames.DeliveryState {
 	c.t.Helper()
-	for i := 0; ; i++ {
-		if i == len(c.seen) {
-			p, payload := c.frameClient.next()
-			d, ok := p.(*frames.Disposition)
-			if !ok {
-				c.held = append(c.held, heldFrame{p, bytes.Clone(payload)})
-				i--
-				continue
-			}
-			c.seen = append(c.seen, d)
+	key := seenKey{role, id}
+	for {
+		if s, ok := c.seen[key]; ok {
+			delete(c.seen, key)
+			return s
 		}
-		if d := c.seen[i]; d.Role == role && d.First <= id && id <= d.LastID() {
-			c.seen = append(c.seen[:i], c.seen[i+1:]...)
-			return d.State
+		p, payload := c.frameClient.next()
+		d, ok := p.(*frames.Disposition)
+		if !ok {
+			c.held = append(c.held, heldFrame{p, bytes.Clone(payload)})
+			continue
+		}
+		if c.seen == nil {
+			c.seen = make(map[seenKey]frames.DeliveryState)
+		}
+		for i := d.First; ; i++ { // a disposition may settle a range
+			c.seen[seenKey{d.Role, i}] = d.State
+			if i == d.LastID() {
+				break
+			}
 		}
 	}
+}
+
+// seenKey names a delivery a disposition settled.
+type seenKey struct {
+	role frames.Role
+	id   uint32
 }
 
 // frame returns the next frame other than the dispositions disposition
