@@ -707,3 +707,26 @@ func TestTransactionalSchedule(t *testing.T) {
 		return n.Total == 2 && n.Scheduled == 1
 	})
 }
+
+// A connection that drops with a transaction open rolls it back: what it
+// scheduled is cancelled, and the lock it settled is still held.
+func TestDroppedConnectionRollsBack(t *testing.T) {
+	b, addr := startRaw(t, Config{})
+	e, _ := b.Entity("q1")
+	c := dialTxn(t, addr)
+	delivery, _ := c.receiveFirst(e)
+	c.attachSender(3, "q1/$management")
+	c.attachJS(4, "replies", "q1/$management", false)
+	c.flow(4, 0, 10, false)
+	txn := c.declare()
+	c.scheduleInTxn(txn, time.Now().Add(time.Hour))
+	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: delivery,
+		State: &frames.TransactionalState{TxnID: txn, Outcome: &frames.Accepted{}}}, nil)
+	if n, _ := e.Counts(broker.MainQueue); n.Total != 2 || n.Scheduled != 1 {
+		t.Fatalf("with the transaction open: %+v", n)
+	}
+	c.nc.Close()
+	waitCounts(t, e, "the received message alone, still locked", func(n broker.Counts) bool {
+		return n.Total == 1 && n.Locked == 1
+	})
+}
