@@ -26,9 +26,9 @@ type heldFrame struct {
 // txnClient is a frame client with a coordinator link on handle 0.
 type txnClient struct {
 	*frameClient
-	sent uint32                // deliveries sent: the session's next delivery-id
+	sent uint32                           // deliveries sent: the session's next delivery-id
 	seen map[seenKey]frames.DeliveryState // dispositions read and not yet asked for, per delivery
-	held []heldFrame           // other frames read meanwhile
+	held []heldFrame                      // other frames read meanwhile
 }
 
 func dialTxn(t testing.TB, addr string) *txnClient {
