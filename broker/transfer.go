@@ -175,8 +175,7 @@ func (e *Entity) transferred(gen uint64, err error) {
 	var cmd projection.Command = projection.TransferDone{Seqs: f.seqs}
 	switch {
 	case refused && len(f.seqs) > 1:
-		f.single = true
-		e.post(func(*Entity) {}) // and go on at once
+		f.single = true // the next run, right after this batch, is one message
 		return
 	case refused:
 		f.single = false
