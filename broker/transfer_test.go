@@ -212,22 +212,29 @@ func TestSendViaRefusals(t *testing.T) {
 		t.Fatalf("refused commits settled the request: %+v", c)
 	}
 
+	// Three bound for a destination that goes: the run of three is
+	// refused, then each message alone, in order.
 	block.Store(true)
-	if err := commitSync(in, receiveProcessSend(lock, projection.Message{MessageID: "orphan", Body: []byte("o")})); err != nil {
+	orphans := receiveProcessSend(lock, projection.Message{MessageID: "orphan-1", Body: []byte("o")},
+		projection.Message{MessageID: "orphan-2", Body: []byte("o")}, projection.Message{MessageID: "orphan-3", Body: []byte("o")})
+	if err := commitSync(in, orphans); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
 	if err := b.DeleteEntity(out.Name()); err != nil {
 		t.Fatal(err)
 	}
-	waitCounts(t, in, event.TransferDeadLetterQueue, func(c projection.Counts) bool { return c.Total == 1 })
+	waitCounts(t, in, event.TransferDeadLetterQueue, func(c projection.Counts) bool { return c.Total == 3 })
 	ds, err := in.Peek(event.TransferDeadLetterQueue, 0, 10, "")
-	if err != nil || len(ds) != 1 {
+	if err != nil || len(ds) != 3 {
 		t.Fatalf("transfer dead-letter queue: %d messages (%v)", len(ds), err)
 	}
-	ov := ds[0].Overlays
-	if ds[0].MessageID != "orphan" || len(ov) != 1 || ov[0].Reason != ReasonDestinationNotFound || !strings.Contains(ov[0].Description, "out") {
-		t.Fatalf("transfer dead-letter %q with overlays %+v", ds[0].MessageID, ov)
+	for i, d := range ds {
+		ov := d.Overlays
+		if d.MessageID != fmt.Sprint("orphan-", i+1) || len(ov) != 1 || ov[0].Reason != ReasonDestinationNotFound ||
+			!strings.Contains(ov[0].Description, "out") {
+			t.Fatalf("transfer dead-letter %q with overlays %+v", d.MessageID, ov)
+		}
 	}
 	if c, _ := in.Counts(event.TransferQueue); c.Total != 0 {
 		t.Fatalf("transfer queue %+v", c)
