@@ -212,6 +212,7 @@ func cancelHeld(e *broker.Entity, schedules []broker.TxSchedule) {
 // transaction is discharged is cancelled and answered with the
 // transaction's end.
 func (cs *connState) txnSchedule(t *mgmtTarget, id []byte, req *rpcRequest, reply func(rpcResponse)) {
+	id = bytes.Clone(id) // it aliases the frame, and the answer comes later
 	msgs, err := scheduleRequest(req.bodyMap())
 	if err != nil {
 		reply(failure(err))
@@ -360,9 +361,15 @@ func (rl *receiverLink) txnSettle(id uint32, token broker.LockToken, ts *frames.
 		return
 	}
 	t.work.Settles = append(t.work.Settles, broker.TxSettle{Queue: rl.queue, Settlement: s})
+	// The answer, at the commit, must not alias the frame: the outcome
+	// goes back without the client's error or annotations (as a plain
+	// settlement answers it).
 	state := &frames.TransactionalState{TxnID: bytes.Clone(ts.TxnID), Outcome: ts.Outcome}
-	if _, deadLettered := ts.Outcome.(*frames.Rejected); deadLettered {
-		state.Outcome = &frames.Rejected{} // as a plain settlement answers it
+	switch o := ts.Outcome.(type) {
+	case *frames.Rejected:
+		state.Outcome = &frames.Rejected{}
+	case *frames.Modified:
+		state.Outcome = &frames.Modified{DeliveryFailed: o.DeliveryFailed, UndeliverableHere: o.UndeliverableHere}
 	}
 	t.settled = append(t.settled, txnDisposition{rl: rl, id: id, state: state, settled: settled})
 	rl.cs.mu.Unlock()
