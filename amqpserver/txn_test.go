@@ -347,9 +347,7 @@ func TestTransactionalSettleByLockToken(t *testing.T) {
 	e, _ := b.Entity("q1")
 	c := dialTxn(t, addr)
 	_, token := c.receiveFirst(e)
-	c.attachSender(3, "q1/$management")
-	c.attachJS(4, "replies", "q1/$management", false)
-	c.flow(4, 0, 10, false)
+	c.attachManagement()
 	txn := c.declare()
 	req := encodeRequest(encoding.Map{{Key: "operation", Value: "com.microsoft:update-disposition"}},
 		encoding.Map{{Key: "lock-tokens", Value: encoding.Array{Code: encoding.CodeUUID, Elements: []any{token}}},
@@ -396,6 +394,15 @@ func TestTransactionTimeout(t *testing.T) {
 	if n, _ := e.Counts(broker.MainQueue); n.Total != 0 {
 		t.Fatalf("%d messages from a transaction that ran out", n.Total)
 	}
+}
+
+// attachManagement attaches q1's $management node: requests on handle 3,
+// their answers on handle 4 (with credit for ten).
+func (c *txnClient) attachManagement() {
+	c.t.Helper()
+	c.attachSender(3, "q1/$management")
+	c.attachJS(4, "replies", "q1/$management", false)
+	c.flow(4, 0, 10, false)
 }
 
 // attachVia attaches a sender to address through via on handle and
@@ -658,9 +665,7 @@ func TestTransactionalSchedule(t *testing.T) {
 	b, addr := startRaw(t, Config{})
 	e, _ := b.Entity("q1")
 	c := dialTxn(t, addr)
-	c.attachSender(3, "q1/$management")
-	c.attachJS(4, "replies", "q1/$management", false)
-	c.flow(4, 0, 10, false)
+	c.attachManagement()
 
 	txn := c.declare()
 	seqs := c.scheduleInTxn(txn, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
@@ -715,9 +720,7 @@ func TestDroppedConnectionRollsBack(t *testing.T) {
 	e, _ := b.Entity("q1")
 	c := dialTxn(t, addr)
 	delivery, _ := c.receiveFirst(e)
-	c.attachSender(3, "q1/$management")
-	c.attachJS(4, "replies", "q1/$management", false)
-	c.flow(4, 0, 10, false)
+	c.attachManagement()
 	txn := c.declare()
 	c.scheduleInTxn(txn, time.Now().Add(time.Hour))
 	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: delivery,
