@@ -87,6 +87,8 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.write(w, http.StatusOK, "entry", atom.NamespaceInfo(base(r), a.namespace, a.started, a.started))
 	case len(segs) == 2 && strings.EqualFold(segs[0], "$Resources"):
 		a.listEntities(w, r, segs[1])
+	case len(segs) > 2 && strings.EqualFold(segs[0], "$walbus"):
+		a.messagesRequest(w, r, segs[1], segs[2:])
 	default:
 		a.entityRequest(w, r, segs)
 	}

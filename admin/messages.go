@@ -1,0 +1,151 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+
+	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/log/event"
+	"github.com/walbus/walbus/projection"
+)
+
+// walbus's own message operations, beyond the Service Bus administration
+// API, for the console and `walbus dlq` (docs/operations.md, "Dead
+// letters"). Both take a Manage key, as the rest of the API does, and
+// answer JSON:
+//
+//	POST /$walbus/redrive/<queue or topic/Subscriptions/sub>
+//	     body {"sequenceNumbers": [...]} or nothing for all: {"redriven": n}
+//	POST /$walbus/purge/<queue or topic/Subscriptions/sub>[/$DeadLetterQueue]
+//	     {"purged": n}
+
+// messagesRequest serves /$walbus/<op>/<path>.
+func (a *API) messagesRequest(w http.ResponseWriter, r *http.Request, op string, segs []string) {
+	if r.Method != http.MethodPost {
+		jsonError(w, http.StatusMethodNotAllowed, "use POST")
+		return
+	}
+	deadLetters := len(segs) > 1 && strings.EqualFold(segs[len(segs)-1], "$DeadLetterQueue")
+	if deadLetters {
+		segs = segs[:len(segs)-1]
+	}
+	e, queue, err := a.queueOf(segs)
+	if err != nil {
+		jsonError(w, statusOf(err), err.Error())
+		return
+	}
+	switch {
+	case strings.EqualFold(op, "redrive") && !deadLetters:
+		var body struct {
+			SequenceNumbers []uint64 `json:"sequenceNumbers"`
+		}
+		raw, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+		if err == nil && len(strings.TrimSpace(string(raw))) > 0 {
+			err = json.Unmarshal(raw, &body)
+		}
+		if err != nil {
+			jsonError(w, http.StatusBadRequest, "want {\"sequenceNumbers\": [...]} or no body: "+err.Error())
+			return
+		}
+		n, err := redrive(e, queue, body.SequenceNumbers)
+		answer(w, err, map[string]int{"redriven": n})
+	case strings.EqualFold(op, "purge"):
+		if deadLetters {
+			queue = event.SubqueueOf(queue, event.KindDeadLetter)
+		}
+		n, err := purge(e, queue)
+		answer(w, err, map[string]int{"purged": n})
+	default:
+		jsonError(w, http.StatusNotFound, fmt.Sprintf("no operation %s for %s", op, r.URL.Path))
+	}
+}
+
+// queueOf resolves "queue" or "topic/Subscriptions/sub" to its entity and
+// queue.
+func (a *API) queueOf(segs []string) (*broker.Entity, uint32, error) {
+	switch {
+	case len(segs) == 1 && segs[0] != "":
+		e, err := a.b.Entity(segs[0])
+		if err == nil && e.IsTopic() {
+			err = fmt.Errorf("%w: %s is a topic; name one of its subscriptions", projection.ErrInvalid, segs[0])
+		}
+		return e, event.MainQueue, err
+	case len(segs) == 3 && strings.EqualFold(segs[1], "Subscriptions"):
+		e, err := a.b.Entity(segs[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		q, err := e.SubscriptionQueue(segs[2])
+		return e, q, err
+	}
+	return nil, 0, fmt.Errorf("%w: want a queue or topic/Subscriptions/subscription, not %s", projection.ErrInvalid, strings.Join(segs, "/"))
+}
+
+// redrive re-drives seqs, or every dead-lettered message, a batch at a
+// time.
+func redrive(e *broker.Entity, queue uint32, seqs []uint64) (int, error) {
+	total := 0
+	for {
+		type result struct {
+			n   int
+			err error
+		}
+		ch := make(chan result, 1)
+		e.Redrive(queue, seqs, func(n int, err error) { ch <- result{n, err} })
+		res := <-ch
+		total += res.n
+		if res.err != nil || seqs != nil || res.n == 0 {
+			return total, res.err
+		}
+	}
+}
+
+// purge deletes every message of queue that no receiver holds, a batch
+// at a time.
+func purge(e *broker.Entity, queue uint32) (int, error) {
+	total := 0
+	for {
+		type result struct {
+			n   int
+			err error
+		}
+		ch := make(chan result, 1)
+		e.Delete(queue, broker.MaxDelete, math.MaxInt64, "", func(n int, err error) { ch <- result{n, err} })
+		res := <-ch
+		total += res.n
+		if res.err != nil || res.n == 0 {
+			return total, res.err
+		}
+	}
+}
+
+func answer(w http.ResponseWriter, err error, v any) {
+	if err != nil {
+		jsonError(w, statusOf(err), err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+func jsonError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+// statusOf is the HTTP status of a broker error.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, broker.ErrEntityNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, projection.ErrInvalid), errors.Is(err, projection.ErrNotAllowed):
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
