@@ -32,6 +32,8 @@ func run(args []string) int {
 		return compactCmd(args[1:])
 	case "queue", "topic", "subscription", "rule":
 		return entityCmd(args[0], args[1:])
+	case "dlq":
+		return dlqCmd(args[1:])
 	case "replay", "audit", "state", "verify", "dump":
 		return toolsCmd(args[0], args[1:])
 	case "help", "-h", "--help":
@@ -56,6 +58,7 @@ Entities of a running walbus (through its administration API):
   walbus topic create|get|list|update|delete NAME [flags]
   walbus subscription create|get|list|update|delete TOPIC NAME [flags]
   walbus rule create|get|list|update|delete TOPIC SUBSCRIPTION NAME [flags]
+  walbus dlq redrive|purge ENTITY [flags]   re-drive or purge dead-lettered messages
 
 Offline tools (on a data directory; the server stopped):
   walbus replay [flags]   every event in log order, as a table or JSON lines
