@@ -61,6 +61,7 @@ var layouts = map[Type][]field{
 	EntityCreated: {fName, fProps},
 	EntityUpdated: {fName, fProps},
 	EntityDeleted: {fName},
+	ClockAdvanced: {fTTL},
 
 	Enqueued:          {fQueue, fUntil, fMessageID, fSessionID, fMessage},
 	Scheduled:         {fQueue, fUntil, fTTL, fMessageID, fSessionID, fMessage},

@@ -18,6 +18,10 @@ const (
 	EntityCreated Type = 1
 	EntityUpdated Type = 2
 	EntityDeleted Type = 3
+	// ClockAdvanced: walbus serve --test-clock moved the broker's clock TTL
+	// (a duration) ahead; the sum of these is how far it runs ahead of the
+	// real clock, after a restart too.
+	ClockAdvanced Type = 4
 )
 
 // Event types of an entity log: the life of a message.
@@ -201,7 +205,8 @@ const FlagContinued uint8 = 1
 
 var typeNames = map[Type]string{
 	EntityCreated: "entity-created", EntityUpdated: "entity-updated", EntityDeleted: "entity-deleted",
-	Enqueued: "enqueued", Scheduled: "scheduled", ScheduleCancelled: "schedule-cancelled", Activated: "activated",
+	ClockAdvanced: "clock-advanced",
+	Enqueued:      "enqueued", Scheduled: "scheduled", ScheduleCancelled: "schedule-cancelled", Activated: "activated",
 	Forwarded: "forwarded", Restored: "restored", RestoredCopy: "restored-copy", Remembered: "remembered",
 	Published: "published", Copied: "copied",
 	SubscriptionCreated: "subscription-created", SubscriptionUpdated: "subscription-updated",
