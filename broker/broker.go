@@ -236,6 +236,7 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	byName := map[string]uint64{} // lower-case name -> live id
 	cfgs := map[uint64]entitySpec{}
 	times := map[uint64][2]int64{} // created, updated (unix ns)
+	var advanced time.Duration     // the test clock's advances
 	err = ns.Scan(1, func(ev *event.Event) error {
 		switch ev.Type {
 		case event.EntityCreated, event.EntityUpdated:
@@ -260,6 +261,8 @@ func Open(opts Options) (*Broker, Recovery, error) {
 			delete(specs, id)
 			delete(cfgs, id)
 			delete(byName, strings.ToLower(ev.Name))
+		case event.ClockAdvanced:
+			advanced += time.Duration(ev.TTL)
 		}
 		return nil
 	})
@@ -267,6 +270,14 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		ns.Close()
 		lock.Unlock()
 		return nil, rec, fmt.Errorf("read namespace log: %w", err)
+	}
+	if c, ok := b.clock.(*OffsetClock); ok {
+		c.mu.Lock()
+		c.setOffset(advanced)
+		c.mu.Unlock()
+	} else if advanced != 0 {
+		b.logger.Warn("the test clock was advanced before; without --test-clock the broker runs on the real clock, behind its logs",
+			"advanced", advanced)
 	}
 	if err := b.removeOrphans(specs); err != nil {
 		ns.Close()

@@ -1,9 +1,14 @@
 package broker
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/walbus/walbus/log/event"
+	"github.com/walbus/walbus/projection"
 )
 
 // Clock is the broker's source of time. The projection never reads a clock:
@@ -122,4 +127,133 @@ func (c *FakeClock) AdvanceTo(t time.Time) {
 	for _, tm := range due {
 		tm.f()
 	}
+}
+
+// OffsetClock is the real clock moved ahead by an offset that Advance
+// grows: walbus serve --test-clock. Its timers run when the moved clock
+// reaches them, so an advance runs at once every timer it passes (lock
+// expiries, activations, expiries, idle deletions) and brings the others
+// nearer.
+type OffsetClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+	timers map[*offsetTimer]struct{}
+}
+
+type offsetTimer struct {
+	c    *OffsetClock
+	at   time.Time // on the moved clock
+	f    func()
+	real *time.Timer
+	done bool
+}
+
+// NewOffsetClock returns a clock at the real time, offset by nothing.
+func NewOffsetClock() *OffsetClock { return &OffsetClock{timers: map[*offsetTimer]struct{}{}} }
+
+func (c *OffsetClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+// Offset is how far ahead of the real clock this one is.
+func (c *OffsetClock) Offset() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.offset
+}
+
+func (c *OffsetClock) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &offsetTimer{c: c, at: time.Now().Add(c.offset + d), f: f}
+	c.timers[t] = struct{}{}
+	t.real = time.AfterFunc(d, t.fire)
+	return t
+}
+
+// Advance moves the clock d ahead (d > 0): the timers it passes run now.
+func (c *OffsetClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setOffset(c.offset + d)
+}
+
+// setOffset moves the clock to offset and reschedules the timers. c.mu is
+// held.
+func (c *OffsetClock) setOffset(offset time.Duration) {
+	c.offset = offset
+	now := time.Now().Add(offset)
+	for t := range c.timers {
+		t.real.Reset(max(t.at.Sub(now), 0)) // fire runs f once, whatever Reset did
+	}
+}
+
+func (t *offsetTimer) fire() {
+	t.c.mu.Lock()
+	if t.done {
+		t.c.mu.Unlock()
+		return
+	}
+	if wait := t.at.Sub(time.Now().Add(t.c.offset)); wait > 0 {
+		t.real.Reset(wait) // early: the real timer ran before a setOffset that moved it back
+		t.c.mu.Unlock()
+		return
+	}
+	t.done = true
+	delete(t.c.timers, t)
+	t.c.mu.Unlock()
+	t.f()
+}
+
+func (t *offsetTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.done
+	t.done = true
+	delete(t.c.timers, t)
+	t.real.Stop()
+	return was
+}
+
+// ErrNoTestClock refuses an advance of a broker that runs on the real
+// clock.
+var ErrNoTestClock = errors.New("the clock is the real one: walbus serve --test-clock to move it")
+
+// AdvanceClock moves the broker's test clock d ahead (0 < d ≤ 100 years),
+// durably: a ClockAdvanced event in the namespace log, which the next
+// start reads. Every timer it passes runs.
+func (b *Broker) AdvanceClock(d time.Duration) error {
+	c, ok := b.clock.(*OffsetClock)
+	if !ok {
+		return ErrNoTestClock
+	}
+	if d <= 0 || d > 100*365*24*time.Hour {
+		return fmt.Errorf("%w: advance the clock by more than nothing and at most 100 years, not %v", projection.ErrInvalid, d)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.appendNamespace([]event.Event{{Type: event.ClockAdvanced, TTL: int64(d)}}); err != nil {
+		return err
+	}
+	c.Advance(d)
+	return nil
+}
+
+// Now is the broker's clock: the real time, or the test clock's.
+func (b *Broker) Now() time.Time { return b.clock.Now() }
+
+// ClockOffset is how far the test clock runs ahead of the real one.
+func (b *Broker) ClockOffset() time.Duration {
+	if c, ok := b.clock.(*OffsetClock); ok {
+		return c.Offset()
+	}
+	return 0
+}
+
+// TestClock reports whether the broker runs on a test clock.
+func (b *Broker) TestClock() bool {
+	_, ok := b.clock.(*OffsetClock)
+	return ok
 }
