@@ -144,8 +144,10 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, broker.ErrEntityNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, projection.ErrInvalid), errors.Is(err, projection.ErrNotAllowed):
+	case errors.Is(err, projection.ErrInvalid), errors.Is(err, projection.ErrNotAllowed), errors.Is(err, errBadAdvance):
 		return http.StatusBadRequest
+	case errors.Is(err, broker.ErrNoTestClock):
+		return http.StatusNotFound
 	}
 	return http.StatusInternalServerError
 }
