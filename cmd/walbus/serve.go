@@ -40,7 +40,7 @@ type serveOptions struct {
 	sync, logLevel, logFormat, keysFile                          string
 	syncInterval                                                 time.Duration
 	keys                                                         keyFlags
-	noDefaultKey, httpTLS, pprof, repair                         bool
+	noDefaultKey, httpTLS, pprof, repair, testClock              bool
 	limits                                                       transport.Config
 	admission                                                    transport.AdmissionLimits
 	maxFrameSize, maxMessageSize                                 int
@@ -86,6 +86,7 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key file (PEM)")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:5300", "HTTP listen address for /health, /metrics and the administration API (every listener serves AMQP and HTTP alike); empty to disable")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler at /debug/pprof/ on --http (for performance work)")
+	fs.BoolVar(&o.testClock, "test-clock", false, "run on a clock tests can move ahead: POST /$test/clock?advance=24h (a Manage key from other than loopback)")
 	fs.BoolVar(&o.repair, "repair", false, "start even if a log's last segment is damaged, cutting it at the damage: the records from there on are lost (walbus verify shows what they are)")
 	fs.BoolVar(&o.httpTLS, "http-tls", false, "insist on --tls-cert and --tls-key for --http (with a certificate every listener takes TLS anyway)")
 	fs.StringVar(&o.config, "config", "", "emulator Config.json: entities to create if they do not exist")
@@ -391,7 +392,12 @@ func serve(args []string) int {
 
 	policy, _ := log.ParseSyncPolicy(o.sync)
 	var release memoryReleaser
-	b, rec, err := broker.Open(broker.Options{Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, CacheBytes: cmp.Or(int64(o.cacheSize), -1), Logger: logger,
+	var clock broker.Clock
+	if o.testClock {
+		clock = broker.NewOffsetClock()
+		logger.Warn("the test clock is on: POST /$test/clock moves the broker's time ahead (for tests only)")
+	}
+	b, rec, err := broker.Open(broker.Options{Clock: clock, Dir: o.data, Sync: policy, SyncInterval: o.syncInterval, SegmentSize: o.segmentSize, CacheBytes: cmp.Or(int64(o.cacheSize), -1), Logger: logger,
 		Repair: o.repair, IdleCheckpoint: cmp.Or(o.idleCheckpoint, -1), CompactBytes: cmp.Or(int64(o.compactBytes), -1),
 		SnapshotEvery: o.snapshotEvery, AutoDeleteScale: o.autoDeleteScale, DiskReserve: int64(o.diskReserve),
 		MemoryBudget: int64(o.memoryBudget), NewBracket: amqpserver.NewBracket, FilterMessage: amqpserver.FilterMessage,
