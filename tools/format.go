@@ -142,7 +142,7 @@ func seqOf(ev *event.Event) uint64 {
 		return ev.Index
 	}
 	switch ev.Type {
-	case event.EntityCreated, event.EntityUpdated, event.EntityDeleted, event.Remembered, event.Committed, event.Arrived,
+	case event.EntityCreated, event.EntityUpdated, event.EntityDeleted, event.ClockAdvanced, event.Remembered, event.Committed, event.Arrived,
 		event.SessionLocked, event.SessionLockRenewed, event.SessionUnlocked, event.SessionStateSet:
 		return 0
 	}
@@ -150,7 +150,7 @@ func seqOf(ev *event.Event) uint64 {
 }
 
 func isNamespaceType(t event.Type) bool {
-	return t == event.EntityCreated || t == event.EntityUpdated || t == event.EntityDeleted
+	return t == event.EntityCreated || t == event.EntityUpdated || t == event.EntityDeleted || t == event.ClockAdvanced
 }
 
 // hasQueue says whether events of type t are about one of the entity's
@@ -269,6 +269,9 @@ func eventDetails(ev *event.Event, c eventContext) string {
 		if ev.Type != event.EntityDeleted {
 			add("spec", string(ev.Props))
 		}
+		return b.String()
+	case event.ClockAdvanced:
+		add("by", time.Duration(ev.TTL).String())
 		return b.String()
 	case event.Activated:
 		add("from", strconv.FormatUint(ev.Seq, 10))

@@ -152,6 +152,12 @@ func (v *verifier) namespace() map[uint64]*EntityInfo {
 			lg.eventf(seg, ev.Index, "%s event in the namespace log", ev.Type)
 			return
 		}
+		if ev.Type == event.ClockAdvanced {
+			if ev.TTL <= 0 {
+				lg.eventf(seg, ev.Index, "the test clock advanced by %v", time.Duration(ev.TTL))
+			}
+			return
+		}
 		known := findLive(live, ev.Name)
 		switch ev.Type {
 		case event.EntityCreated, event.EntityUpdated:
