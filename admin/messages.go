@@ -89,36 +89,29 @@ func (a *API) queueOf(segs []string) (*broker.Entity, uint32, error) {
 // redrive re-drives seqs, or every dead-lettered message, a batch at a
 // time.
 func redrive(e *broker.Entity, queue uint32, seqs []uint64) (int, error) {
-	total := 0
-	for {
-		type result struct {
-			n   int
-			err error
-		}
-		ch := make(chan result, 1)
-		e.Redrive(queue, seqs, func(n int, err error) { ch <- result{n, err} })
-		res := <-ch
-		total += res.n
-		if res.err != nil || seqs != nil || res.n == 0 {
-			return total, res.err
-		}
-	}
+	return batches(seqs != nil, func(done func(int, error)) { e.Redrive(queue, seqs, done) })
 }
 
 // purge deletes every message of queue that no receiver holds, a batch
 // at a time.
 func purge(e *broker.Entity, queue uint32) (int, error) {
+	return batches(false, func(done func(int, error)) { e.Delete(queue, broker.MaxDelete, math.MaxInt64, "", done) })
+}
+
+// batches runs op until it fails or does nothing (or once, with once),
+// and sums what it did.
+func batches(once bool, op func(done func(int, error))) (int, error) {
+	type result struct {
+		n   int
+		err error
+	}
 	total := 0
 	for {
-		type result struct {
-			n   int
-			err error
-		}
 		ch := make(chan result, 1)
-		e.Delete(queue, broker.MaxDelete, math.MaxInt64, "", func(n int, err error) { ch <- result{n, err} })
+		op(func(n int, err error) { ch <- result{n, err} })
 		res := <-ch
 		total += res.n
-		if res.err != nil || res.n == 0 {
+		if res.err != nil || once || res.n == 0 {
 			return total, res.err
 		}
 	}

@@ -377,12 +377,11 @@ func TestAdminNeedsManage(t *testing.T) {
 }
 
 // The entity commands, as a person uses them against a running walbus:
-// create a queue, see it listed with its counts, read it as JSON, update
-// it, manage a topic's subscription and rule, delete; and the errors.
-func TestEntityCommands(t *testing.T) {
-	p := startWalbus(t, t.TempDir())
+// managing returns a runner of walbus commands against p's HTTP API that
+// checks their exit code and returns what they printed.
+func managing(t *testing.T, p *proc) func(want int, args ...string) string {
 	server := "--server=http://" + p.http
-	walbus := func(want int, args ...string) string {
+	return func(want int, args ...string) string {
 		t.Helper()
 		code, out, errOut := runWalbus(t, nil, append(args, server)...)
 		if code != want {
@@ -390,6 +389,13 @@ func TestEntityCommands(t *testing.T) {
 		}
 		return out + errOut
 	}
+}
+
+// create a queue, see it listed with its counts, read it as JSON, update
+// it, manage a topic's subscription and rule, delete; and the errors.
+func TestEntityCommands(t *testing.T) {
+	p := startWalbus(t, t.TempDir())
+	walbus := managing(t, p)
 	walbus(0, "queue", "create", "orders", "--lock-duration", "30s", "--max-delivery-count", "5")
 	if out := walbus(0, "queue", "list"); !strings.Contains(out, "orders") || !strings.Contains(out, "active") {
 		t.Fatalf("list:\n%s", out)

@@ -18,15 +18,7 @@ import (
 // without its dead-letter reason; purge empties the dead-letter queue.
 func TestDeadLetterCommands(t *testing.T) {
 	p := startWalbus(t, t.TempDir())
-	server := "--server=http://" + p.http
-	walbus := func(want int, args ...string) string {
-		t.Helper()
-		code, out, errOut := runWalbus(t, nil, append(args, server)...)
-		if code != want {
-			t.Fatalf("walbus %v: exit %d, want %d\n%s%s", args, code, want, out, errOut)
-		}
-		return out + errOut
-	}
+	walbus := managing(t, p)
 	walbus(0, "queue", "create", "orders")
 	walbus(0, "topic", "create", "events")
 	walbus(0, "subscription", "create", "events", "all")
