@@ -23,6 +23,8 @@ import (
 //	     body {"sequenceNumbers": [...]} or nothing for all: {"redriven": n}
 //	POST /$walbus/purge/<queue or topic/Subscriptions/sub>[/$DeadLetterQueue]
 //	     {"purged": n}
+//
+// Paths are link addresses (broker.Resolve).
 
 // messagesRequest serves /$walbus/<op>/<path>.
 func (a *API) messagesRequest(w http.ResponseWriter, r *http.Request, op string, segs []string) {
@@ -30,17 +32,16 @@ func (a *API) messagesRequest(w http.ResponseWriter, r *http.Request, op string,
 		jsonError(w, http.StatusMethodNotAllowed, "use POST")
 		return
 	}
-	deadLetters := len(segs) > 1 && strings.EqualFold(segs[len(segs)-1], "$DeadLetterQueue")
-	if deadLetters {
-		segs = segs[:len(segs)-1]
+	e, queue, err := a.b.Resolve(strings.Join(segs, "/"))
+	if err == nil && queue == event.MainQueue && e.IsTopic() {
+		err = fmt.Errorf("%w: %s is a topic; name one of its subscriptions", projection.ErrInvalid, e.Name())
 	}
-	e, queue, err := a.queueOf(segs)
 	if err != nil {
 		jsonError(w, statusOf(err), err.Error())
 		return
 	}
 	switch {
-	case strings.EqualFold(op, "redrive") && !deadLetters:
+	case strings.EqualFold(op, "redrive") && event.KindOf(queue) == event.KindMessages:
 		var body struct {
 			SequenceNumbers []uint64 `json:"sequenceNumbers"`
 		}
@@ -55,35 +56,11 @@ func (a *API) messagesRequest(w http.ResponseWriter, r *http.Request, op string,
 		n, err := redrive(e, queue, body.SequenceNumbers)
 		answer(w, err, map[string]int{"redriven": n})
 	case strings.EqualFold(op, "purge"):
-		if deadLetters {
-			queue = event.SubqueueOf(queue, event.KindDeadLetter)
-		}
 		n, err := purge(e, queue)
 		answer(w, err, map[string]int{"purged": n})
 	default:
 		jsonError(w, http.StatusNotFound, fmt.Sprintf("no operation %s for %s", op, r.URL.Path))
 	}
-}
-
-// queueOf resolves "queue" or "topic/Subscriptions/sub" to its entity and
-// queue.
-func (a *API) queueOf(segs []string) (*broker.Entity, uint32, error) {
-	switch {
-	case len(segs) == 1 && segs[0] != "":
-		e, err := a.b.Entity(segs[0])
-		if err == nil && e.IsTopic() {
-			err = fmt.Errorf("%w: %s is a topic; name one of its subscriptions", projection.ErrInvalid, segs[0])
-		}
-		return e, event.MainQueue, err
-	case len(segs) == 3 && strings.EqualFold(segs[1], "Subscriptions"):
-		e, err := a.b.Entity(segs[0])
-		if err != nil {
-			return nil, 0, err
-		}
-		q, err := e.SubscriptionQueue(segs[2])
-		return e, q, err
-	}
-	return nil, 0, fmt.Errorf("%w: want a queue or topic/Subscriptions/subscription, not %s", projection.ErrInvalid, strings.Join(segs, "/"))
 }
 
 // redrive re-drives seqs, or every dead-lettered message, a batch at a

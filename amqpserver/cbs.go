@@ -124,7 +124,7 @@ func entityOf(path string) string {
 	if i := strings.Index(path, "/$"); i >= 0 {
 		path = path[:i]
 	}
-	topic, _, _ := splitSubscription(path)
+	topic, _, _ := broker.SplitSubscription(path)
 	return topic
 }
 
@@ -146,13 +146,13 @@ func audienceExists(b *broker.Broker, path string) bool {
 		return true // not a missing entity: the link attach reports it
 	}
 	if !e.IsTopic() {
-		_, _, below := splitSubscription(path) // a queue has no subscriptions
+		_, _, below := broker.SplitSubscription(path) // a queue has no subscriptions
 		return !below
 	}
 	if n := len(path) - len("/$management"); n >= 0 && strings.EqualFold(path[n:], "/$management") {
 		path = path[:n]
 	}
-	_, _, err = resolveAddress(b, path)
+	_, _, err = b.Resolve(path)
 	return !errors.Is(err, broker.ErrEntityNotFound)
 }
 

@@ -59,7 +59,7 @@ func TestResolveTopicAddresses(t *testing.T) {
 		"t1/subscriptions/s2/$transfer/$deadletterqueue": s2 + 2,
 		"q1/$DeadLetterQueue":                            broker.DeadLetterQueue,
 	} {
-		e, q, err := resolveAddress(b, addr)
+		e, q, err := b.Resolve(addr)
 		if err != nil || q != want {
 			t.Errorf("%s: queue %d, %v; want %d", addr, q, err, want)
 			continue
@@ -78,11 +78,11 @@ func TestResolveTopicAddresses(t *testing.T) {
 		"nope/Subscriptions/s1", "q1/Subscriptions/s1", "/Subscriptions/s1", "t1/Subscriptions/s1/$other",
 		"t1/Sub\u017fcriptions/s1",
 	} {
-		if _, _, err := resolveAddress(b, addr); !errors.Is(err, broker.ErrEntityNotFound) {
+		if _, _, err := b.Resolve(addr); !errors.Is(err, broker.ErrEntityNotFound) {
 			t.Errorf("%s: %v, want not found", addr, err)
 		}
 	}
-	_, _, err = resolveAddress(b, "t1/Subscriptions/nope")
+	_, _, err = b.Resolve("t1/Subscriptions/nope")
 	if !strings.Contains(err.Error(), "The messaging entity '") || !strings.Contains(err.Error(), "could not be found.") {
 		t.Errorf("a missing subscription: %q, want Service Bus's text", err)
 	}

@@ -248,81 +248,10 @@ func addressPath(address string) string {
 	return address
 }
 
-// subqueueSuffixes are the addresses of a queue's subqueues below its own
-// (docs/compatibility.md §4, "Addresses"), matched without regard to case; the
-// longer first, as it ends like the shorter.
-var subqueueSuffixes = []struct {
-	suffix string
-	queue  uint32
-}{
-	{"/$Transfer/$DeadLetterQueue", broker.TransferDeadLetterQueue},
-	{"/$DeadLetterQueue", broker.DeadLetterQueue},
-}
-
-// subscriptionsWord joins a topic's name to a subscription's in an address,
-// matched without regard to case, as SDKs spell it differently
-// (docs/compatibility.md §4).
-const subscriptionsWord = "/Subscriptions/"
-
-// resolve returns the entity and queue number a link address names.
+// resolve returns the entity and queue number a link address names
+// (broker.Resolve).
 func (cs *connState) resolve(address string) (*broker.Entity, uint32, error) {
-	return resolveAddress(cs.s.b, address)
-}
-
-// resolveAddress returns the entity and queue number an address names: a
-// queue "q" (queue 0), "q/$DeadLetterQueue" or "q/$Transfer/$DeadLetterQueue";
-// a topic "t" (queue 0, where sends and scheduled messages go; it has no
-// dead-letter queues); a subscription "t/Subscriptions/s" and its two
-// dead-letter queues, which are the topic's queues of that subscription.
-func resolveAddress(b *broker.Broker, address string) (*broker.Entity, uint32, error) {
-	name, sub := address, broker.MainQueue
-	for _, s := range subqueueSuffixes {
-		if n := len(name) - len(s.suffix); n >= 0 && strings.EqualFold(name[n:], s.suffix) {
-			name, sub = name[:n], s.queue
-			break
-		}
-	}
-	if topic, subscription, found := splitSubscription(name); found {
-		if topic == "" || subscription == "" || strings.Contains(subscription, "/") || strings.Contains(topic, "/$") {
-			return nil, 0, fmt.Errorf("%w: %s", broker.ErrEntityNotFound, address)
-		}
-		e, err := b.Entity(topic)
-		if err != nil {
-			return nil, 0, err
-		}
-		q, err := e.SubscriptionQueue(subscription) // not found for a queue too
-		if err != nil {
-			return nil, 0, err
-		}
-		return e, q + sub, nil
-	}
-	if name == "" || strings.Contains(name, "/$") {
-		return nil, 0, fmt.Errorf("%w: %s", broker.ErrEntityNotFound, address)
-	}
-	e, err := b.Entity(name)
-	if err != nil {
-		return nil, 0, err
-	}
-	if sub != broker.MainQueue && e.IsTopic() {
-		// What is sent to a topic goes to its subscriptions at once: it has
-		// no dead-letter queue of its own (docs/compatibility.md §4).
-		return nil, 0, fmt.Errorf("%w: %s", broker.ErrEntityNotFound, address)
-	}
-	return e, sub, nil
-}
-
-// splitSubscription splits "t/Subscriptions/s" into its topic and
-// subscription names, at the last "/Subscriptions/" in any case (a
-// subscription's name has no "/").
-func splitSubscription(path string) (topic, subscription string, found bool) {
-	for i := len(path) - len(subscriptionsWord); i >= 0; i-- {
-		// The word is ASCII, so a match is exactly len(subscriptionsWord)
-		// bytes long, whatever the runes around it.
-		if path[i] == '/' && strings.EqualFold(path[i:i+len(subscriptionsWord)], subscriptionsWord) {
-			return path[:i], path[i+len(subscriptionsWord):], true
-		}
-	}
-	return path, "", false
+	return cs.s.b.Resolve(address)
 }
 
 func errString(err error) string {
