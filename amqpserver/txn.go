@@ -432,7 +432,7 @@ func (cs *connState) attachViaSender(l *transport.Link, address string, prop any
 			Description: fmt.Sprintf("%s must name the destination, not %v", transferDestinationProp, prop)})
 		return
 	}
-	to = entityPathOf(to)
+	to = strings.Trim(addressPath(to), "/") // the .NET SDK gives a whole URI (sb://host/queue)
 	e, queue, err := cs.resolve(address)
 	if err != nil {
 		l.Refuse(linkError(err))
@@ -476,17 +476,4 @@ func (cs *connState) attachViaSender(l *transport.Link, address string, prop any
 	if err := l.AcceptInbound(&transport.Reply{MaxMessageSize: uint64(cfg.MaxMessageSize)}, sl); err != nil {
 		cs.unguard(l)
 	}
-}
-
-// entityPathOf is the entity path an address names: the .NET SDK gives a
-// send-via destination as a whole URI (sb://host/queue), others as a path.
-func entityPathOf(address string) string {
-	if i := strings.Index(address, "://"); i >= 0 {
-		rest := address[i+3:]
-		if j := strings.IndexByte(rest, '/'); j >= 0 {
-			return strings.Trim(rest[j+1:], "/")
-		}
-		return ""
-	}
-	return strings.Trim(address, "/")
 }

@@ -343,11 +343,8 @@ func TestTransactionRolledBackWhenTheLockIsGone(t *testing.T) {
 // Settling by lock token through $management in a transaction waits for
 // the commit, as a transactional disposition does.
 func TestTransactionalSettleByLockToken(t *testing.T) {
-	b, addr := startRaw(t, Config{})
-	e, _ := b.Entity("q1")
-	c := dialTxn(t, addr)
+	e, c := managementOnQ1(t)
 	_, token := c.receiveFirst(e)
-	c.attachManagement()
 	txn := c.declare()
 	req := encodeRequest(encoding.Map{{Key: "operation", Value: "com.microsoft:update-disposition"}},
 		encoding.Map{{Key: "lock-tokens", Value: encoding.Array{Code: encoding.CodeUUID, Elements: []any{token}}},
@@ -396,13 +393,18 @@ func TestTransactionTimeout(t *testing.T) {
 	}
 }
 
-// attachManagement attaches q1's $management node: requests on handle 3,
-// their answers on handle 4 (with credit for ten).
-func (c *txnClient) attachManagement() {
-	c.t.Helper()
+// managementOnQ1 starts a broker and returns its queue q1 and a
+// transaction client with q1's $management node attached: requests on
+// handle 3, their answers on handle 4 (with credit for ten).
+func managementOnQ1(t *testing.T) (*broker.Entity, *txnClient) {
+	t.Helper()
+	b, addr := startRaw(t, Config{})
+	e, _ := b.Entity("q1")
+	c := dialTxn(t, addr)
 	c.attachSender(3, "q1/$management")
 	c.attachJS(4, "replies", "q1/$management", false)
 	c.flow(4, 0, 10, false)
+	return e, c
 }
 
 // attachVia attaches a sender to address through via on handle and
@@ -662,10 +664,7 @@ func (c *txnClient) scheduleInTxn(txn []byte, at ...time.Time) []int64 {
 // already arrives then, the other waits for its time. A roll back cancels
 // what it scheduled.
 func TestTransactionalSchedule(t *testing.T) {
-	b, addr := startRaw(t, Config{})
-	e, _ := b.Entity("q1")
-	c := dialTxn(t, addr)
-	c.attachManagement()
+	e, c := managementOnQ1(t)
 
 	txn := c.declare()
 	seqs := c.scheduleInTxn(txn, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
@@ -716,11 +715,8 @@ func TestTransactionalSchedule(t *testing.T) {
 // A connection that drops with a transaction open rolls it back: what it
 // scheduled is cancelled, and the lock it settled is still held.
 func TestDroppedConnectionRollsBack(t *testing.T) {
-	b, addr := startRaw(t, Config{})
-	e, _ := b.Entity("q1")
-	c := dialTxn(t, addr)
+	e, c := managementOnQ1(t)
 	delivery, _ := c.receiveFirst(e)
-	c.attachManagement()
 	txn := c.declare()
 	c.scheduleInTxn(txn, time.Now().Add(time.Hour))
 	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: delivery,
