@@ -57,24 +57,30 @@ func (e *Entity) SendVia(to string, msgs []projection.Message, done func(error))
 // named to: e must be a queue, to must exist and take messages; a sender
 // link's attach asks it.
 func (e *Entity) CheckVia(to string) error {
+	_, err := e.viaTo(to)
+	return err
+}
+
+// viaTo is CheckVia that returns the destination.
+func (e *Entity) viaTo(to string) (*Entity, error) {
 	if e.IsTopic() {
-		return fmt.Errorf("%w; %s is a topic", ErrTransferTopic, e.name)
+		return nil, fmt.Errorf("%w; %s is a topic", ErrTransferTopic, e.name)
 	}
 	t, err := e.b.Entity(to)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return t.sendable()
+	return t, t.sendable()
 }
 
 // transferable checks transfers against e and their destinations as they
 // stand: what would be refused there is refused now, not after the commit.
 func (e *Entity) transferable(ts []TxTransfer) error {
 	for _, tr := range ts {
-		if err := e.CheckVia(tr.To); err != nil {
+		t, err := e.viaTo(tr.To)
+		if err != nil {
 			return err
 		}
-		t, _ := e.b.Entity(tr.To)
 		cfg := t.cfg.Load()
 		if cfg == nil {
 			continue

@@ -146,7 +146,7 @@ func (e *Entity) TransferQueue() *Queue {
 // creates. It neither expires nor activates here.
 func (e *Entity) applyTransfer(ev *event.Event) error {
 	if e.IsTopic() || ev.Queue != event.TransferQueue {
-		return fmt.Errorf("event %d: a transfer in queue %d of a %s", ev.Index, ev.Queue, map[bool]string{true: "topic", false: "queue"}[e.IsTopic()])
+		return fmt.Errorf("event %d: a transfer in queue %d of %s, which has no transfer queue there", ev.Index, ev.Queue, e.name)
 	}
 	q := e.TransferQueue()
 	if q == nil {

@@ -76,9 +76,12 @@ func TestSendViaAndHeldSchedulesInReplay(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	for {
+	for deadline := time.Now().Add(10 * time.Second); ; {
 		if c, _ := out.Counts(event.MainQueue); c.Total == 1 {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the transfer never reached replies")
 		}
 		time.Sleep(time.Millisecond)
 	}
