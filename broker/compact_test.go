@@ -155,26 +155,29 @@ func TestCompactionFollowsWhatIsHeld(t *testing.T) {
 	b = openBroker(t, opts)
 	defer b.Close()
 	news, _ = b.Entity("news")
-	for _, q := range []uint32{slow, event.SubqueueOf(fast, event.KindDeadLetter)} {
-		ch := make(chan Delivery, len(wantSlow)+len(wantDead))
+	drain := map[uint32]int{slow: len(wantSlow), event.SubqueueOf(fast, event.KindDeadLetter): len(wantDead)}
+	for q, n := range drain {
+		ch := make(chan Delivery, n)
 		r, err := news.Attach(ReceiverOptions{Name: "drain", Queue: q, Deliver: func(d Delivery) { ch <- d }})
 		must(err)
-		r.SetLimit(uint64(cap(ch)))
-		settled := make(chan error, cap(ch))
-		taken := 0
-		for ; ; taken++ {
-			d, ok := tryDelivery(ch)
-			if !ok {
-				break
+		r.SetLimit(uint64(n))
+		settled := make(chan error, n)
+		// Every held message is taken; a loaded machine may pause between
+		// deliveries, so this waits for the count, not for a quiet second.
+		for taken := range n {
+			select {
+			case d := <-ch:
+				news.Settle(q, Settlement{Token: d.Token, Outcome: Complete}, func(err error) { settled <- err })
+			case <-time.After(30 * time.Second):
+				t.Fatalf("queue %d: %d of %d held messages delivered", q, taken, n)
 			}
-			news.Settle(q, Settlement{Token: d.Token, Outcome: Complete}, func(err error) { settled <- err })
 		}
-		for range taken {
+		for range n {
 			must(<-settled)
 		}
 		r.Detach(nil)
 	}
-	deadline = time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(60 * time.Second)
 	for {
 		arcs, _ := filepath.Glob(filepath.Join(layout.ArchiveDir(news.dir), "*.wba"))
 		if len(arcs) == 0 {
@@ -194,14 +197,4 @@ func body(i int) []byte {
 	seed[0], seed[1] = byte(i), byte(i>>8)
 	rand.NewChaCha8(seed).Read(b)
 	return b
-}
-
-// tryDelivery waits a little for a delivery.
-func tryDelivery(ch <-chan Delivery) (Delivery, bool) {
-	select {
-	case d := <-ch:
-		return d, true
-	case <-time.After(time.Second):
-		return Delivery{}, false
-	}
 }
