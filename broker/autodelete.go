@@ -109,6 +109,8 @@ func (b *Broker) runAutoDelete() {
 		select {
 		case <-t.C:
 			b.autoDelete()
+		case <-b.idleScan:
+			b.autoDelete()
 		case <-b.quit:
 			return
 		}

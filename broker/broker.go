@@ -174,6 +174,7 @@ type Broker struct {
 	entities map[string]*Entity // by lower-case name
 	closed   bool
 	quit     chan struct{}             // closed at shutdown
+	idleScan chan struct{}             // asks for an auto-delete scan now (a test clock advance)
 	disk     atomic.Pointer[diskGuard] // set once recovery is done
 	mem      memoryBudget
 }
@@ -215,7 +216,8 @@ const maxRecoveryLines = 20
 func Open(opts Options) (*Broker, Recovery, error) {
 	start := time.Now()
 	opts = opts.withDefaults()
-	b := &Broker{opts: opts, clock: opts.Clock, logger: opts.Logger, entities: make(map[string]*Entity), quit: make(chan struct{})}
+	b := &Broker{opts: opts, clock: opts.Clock, logger: opts.Logger, entities: make(map[string]*Entity), quit: make(chan struct{}),
+		idleScan: make(chan struct{}, 1)}
 	b.initBudget()
 	var rec Recovery
 	lock, err := log.LockDir(opts.Dir)

@@ -238,6 +238,12 @@ func (b *Broker) AdvanceClock(d time.Duration) error {
 		return err
 	}
 	c.Advance(d)
+	// What became idle for its AutoDeleteOnIdle goes now, not at the next
+	// scan.
+	select {
+	case b.idleScan <- struct{}{}:
+	default:
+	}
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
@@ -118,5 +119,82 @@ func TestTestClock(t *testing.T) {
 	plain := startWalbus(t, t.TempDir())
 	if _, code := clockAt(t, plain, "1h"); code != http.StatusNotFound {
 		t.Fatalf("an advance without --test-clock: %d", code)
+	}
+}
+
+// An advance also unlocks sessions whose lock it passed, closes
+// duplicate-detection windows and deletes what it left idle for its
+// AutoDeleteOnIdle, at once.
+func TestTestClockSessionsWindowsIdle(t *testing.T) {
+	p := startWalbus(t, t.TempDir(), "--test-clock")
+	walbus := managing(t, p)
+	walbus(0, "queue", "create", "tasks", "--sessions", "--lock-duration", "1m")
+	walbus(0, "queue", "create", "dups", "--duplicate-detection", "--duplicate-window", "10m")
+	walbus(0, "queue", "create", "idle", "--auto-delete-on-idle", "10m")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := p.sdkClient()
+	defer c.Close(ctx)
+	send := func(queue string, m *azservicebus.Message) {
+		t.Helper()
+		s, err := c.NewSender(queue, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(ctx)
+		if err := s.SendMessage(ctx, m, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dups := func() int {
+		t.Helper()
+		r, err := c.NewReceiverForQueue("dups", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close(ctx)
+		return len(peekSeqs(t, ctx, r))
+	}
+	send("dups", &azservicebus.Message{MessageID: to.Ptr("once"), Body: []byte("1")})
+	send("dups", &azservicebus.Message{MessageID: to.Ptr("once"), Body: []byte("2")})
+	if n := dups(); n != 1 {
+		t.Fatalf("a duplicate within the window: %d messages", n)
+	}
+	session := "s"
+	send("tasks", &azservicebus.Message{SessionID: &session, Body: []byte("t")})
+	held, err := c.AcceptSessionForQueue(ctx, "tasks", session, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close(ctx)
+	short, stop := context.WithTimeout(ctx, 2*time.Second)
+	_, err = c.AcceptSessionForQueue(short, "tasks", session, nil)
+	stop()
+	if err == nil {
+		t.Fatal("a session held by another receiver was accepted")
+	}
+
+	if off, code := clockAt(t, p, "11m"); code != http.StatusOK || off != "11m0s" {
+		t.Fatalf("advance: %d, offset %q", code, off)
+	}
+	again, err := c.AcceptSessionForQueue(ctx, "tasks", session, nil)
+	if err != nil {
+		t.Fatalf("a session whose lock the advance passed: %v", err)
+	}
+	defer again.Close(ctx)
+	send("dups", &azservicebus.Message{MessageID: to.Ptr("once"), Body: []byte("3")})
+	if n := dups(); n != 2 {
+		t.Fatalf("the same MessageId after the window closed: %d messages, want 2", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, _, errOut := runWalbus(t, nil, "queue", "get", "idle", "--server=http://"+p.http)
+		if code == 1 && strings.Contains(errOut, "no queue idle") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a queue idle past its AutoDeleteOnIdle after the advance is still there")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
