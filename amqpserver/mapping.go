@@ -124,6 +124,17 @@ func inboundOne(raw []byte) (broker.Message, error) {
 	return m, nil
 }
 
+// Inbound reads a message that came by another way than a transfer (the
+// console's send) as a transfer's payload is read: a message-id assigned
+// when it has none, the session, time to live and schedule from its
+// sections.
+func Inbound(raw []byte) (broker.Message, error) { return inboundOne(raw) }
+
+// Render is a stored message as a receiver gets it: with the broker's
+// annotations and the properties its settlements recorded (the console's
+// message browser shows this).
+func Render(d *broker.Delivery) ([]byte, error) { return outbound(nil, d) }
+
 // sessionIDOf is the broker's session id of a message's group-id: none
 // when it is absent (nil), and an empty one is a session of its own, as in
 // Service Bus (the Go SDK's session_receiver_test.go

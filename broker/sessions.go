@@ -206,3 +206,43 @@ func (e *Entity) ListSessions(queue uint32, updatedAfterMs int64, skip, top int)
 		return ids, nil
 	})
 }
+
+// SessionInfo is what the console shows of one session.
+type SessionInfo struct {
+	ID          string // as clients name it
+	Messages    int    // in any state
+	LockedUntil int64  // unix ns while a receiver holds it, else 0
+	State       []byte // nil for none
+}
+
+// SessionList returns, in order, the sessions of queue that have messages,
+// state or a receiver, skip and top paging the list.
+func (e *Entity) SessionList(queue uint32, skip, top int) ([]SessionInfo, error) {
+	return call(e, func(e *Entity) ([]SessionInfo, error) {
+		q := e.st.Queue(queue)
+		if q == nil || q.Sessions() == nil {
+			return nil, projection.ErrNotAllowed
+		}
+		var out []SessionInfo
+		now := e.now()
+		for _, s := range q.Sessions().Sorted() {
+			held := s.Owner != "" && s.LockedUntil > now
+			if s.Messages == 0 && s.State == nil && !held {
+				continue
+			}
+			if skip > 0 {
+				skip--
+				continue
+			}
+			if len(out) == top {
+				break
+			}
+			info := SessionInfo{ID: ClientSessionID(s.ID), Messages: s.Messages, State: slices.Clone(s.State)}
+			if held {
+				info.LockedUntil = s.LockedUntil
+			}
+			out = append(out, info)
+		}
+		return out, nil
+	})
+}
