@@ -47,6 +47,10 @@ type API struct {
 	started    time.Time
 	now        func() time.Time
 	maxMessage int // the largest message a link carries (--max-message-size)
+
+	// Audit, if set, returns the recorded lives of the messages entity's
+	// log numbers seq (walbus audit's answer), for the console.
+	Audit func(entity string, seq uint64) (any, error)
 }
 
 // NewAPI serves b's administration API, authorising with keys. maxMessage
@@ -71,12 +75,22 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.testClock(w, r) // it asks for a key only off loopback
 		return
 	}
+	path := strings.Trim(r.URL.Path, "/")
+	if serveConsole(w, r, path) {
+		return
+	}
+	if strings.EqualFold(path, "$walbus/token") {
+		a.token(w, r) // the console's sign-in: the key is in the body
+		return
+	}
 	key, err := a.authenticate(r)
+	if err != nil && !hasToken(r) && loopbackConsole(r) {
+		key, err = consoleKey, nil
+	}
 	if err != nil {
 		a.fail(w, r, http.StatusUnauthorized, err.Error())
 		return
 	}
-	path := strings.Trim(r.URL.Path, "/")
 	segs := strings.Split(path, "/")
 	if !key.Rights.Has(sas.Manage) {
 		a.refuse(w, r, segs, key)
@@ -91,8 +105,8 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.write(w, http.StatusOK, "entry", atom.NamespaceInfo(base(r), a.namespace, a.started, a.started))
 	case len(segs) == 2 && strings.EqualFold(segs[0], "$Resources"):
 		a.listEntities(w, r, segs[1])
-	case len(segs) > 2 && strings.EqualFold(segs[0], "$walbus"):
-		a.messagesRequest(w, r, segs[1], segs[2:])
+	case len(segs) >= 2 && strings.EqualFold(segs[0], "$walbus"):
+		a.walbusRequest(w, r, segs[1], segs[2:])
 	default:
 		a.entityRequest(w, r, segs)
 	}

@@ -14,53 +14,112 @@ import (
 	"github.com/walbus/walbus/projection"
 )
 
-// walbus's own message operations, beyond the Service Bus administration
-// API, for the console and `walbus dlq` (docs/operations.md, "Dead
-// letters"). Both take a Manage key, as the rest of the API does, and
-// answer JSON:
+// walbus's own API, beyond the Service Bus administration API, for the
+// console and `walbus dlq` (docs/console.md has every request). It takes a
+// Manage key, as the rest of the API does, and answers JSON. Paths are
+// link addresses (broker.Resolve):
 //
+//	GET  /$walbus/overview                     every entity, its counts and counters
+//	GET  /$walbus/messages/<path>?state=&from=&max=   a page of messages
+//	GET  /$walbus/sessions/<path>              its sessions
+//	GET  /$walbus/audit/<path>?seq=N           a message's history, as walbus audit
+//	POST /$walbus/send/<queue or topic>        {"body": ..., properties}
+//	POST /$walbus/cancel/<path>                {"sequenceNumbers": [...]}: scheduled messages
 //	POST /$walbus/redrive/<queue or topic/Subscriptions/sub>
 //	     body {"sequenceNumbers": [...]} or nothing for all: {"redriven": n}
 //	POST /$walbus/purge/<queue or topic/Subscriptions/sub>[/$DeadLetterQueue]
 //	     {"purged": n}
-//
-// Paths are link addresses (broker.Resolve).
 
-// messagesRequest serves /$walbus/<op>/<path>.
-func (a *API) messagesRequest(w http.ResponseWriter, r *http.Request, op string, segs []string) {
-	if r.Method != http.MethodPost {
-		jsonError(w, http.StatusMethodNotAllowed, "use POST")
+// walbusRequest serves /$walbus/<op>/<path>.
+func (a *API) walbusRequest(w http.ResponseWriter, r *http.Request, op string, segs []string) {
+	op = strings.ToLower(op)
+	method := http.MethodPost
+	switch op {
+	case "overview", "messages", "sessions", "audit":
+		method = http.MethodGet
+	}
+	if r.Method != method {
+		jsonError(w, http.StatusMethodNotAllowed, "use "+method)
+		return
+	}
+	if op == "overview" {
+		a.overview(w)
+		return
+	}
+	if len(segs) == 0 {
+		jsonError(w, http.StatusNotFound, "name an entity: /$walbus/"+op+"/<path>")
 		return
 	}
 	e, queue, err := a.b.Resolve(strings.Join(segs, "/"))
-	if err == nil && queue == event.MainQueue && e.IsTopic() {
-		err = fmt.Errorf("%w: %s is a topic; name one of its subscriptions", projection.ErrInvalid, e.Name())
-	}
 	if err != nil {
 		jsonError(w, statusOf(err), err.Error())
 		return
 	}
-	switch {
-	case strings.EqualFold(op, "redrive") && event.KindOf(queue) == event.KindMessages:
-		var body struct {
-			SequenceNumbers []uint64 `json:"sequenceNumbers"`
+	switch op {
+	case "messages":
+		a.browse(w, r, e, queue)
+		return
+	case "audit":
+		a.audit(w, r, e)
+		return
+	case "send":
+		a.send(w, r, e, queue)
+		return
+	case "cancel": // a topic's scheduled messages wait in its own queue
+		seqs, ok := readSeqs(w, r, false)
+		if ok {
+			n, err := cancel(e, queue, seqs)
+			answer(w, err, map[string]int{"cancelled": n})
 		}
-		raw, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-		if err == nil && len(strings.TrimSpace(string(raw))) > 0 {
-			err = json.Unmarshal(raw, &body)
-		}
-		if err != nil {
-			jsonError(w, http.StatusBadRequest, "want {\"sequenceNumbers\": [...]} or no body: "+err.Error())
+		return
+	}
+	if queue == event.MainQueue && e.IsTopic() {
+		jsonError(w, http.StatusBadRequest, fmt.Sprintf("%s is a topic; name one of its subscriptions", e.Name()))
+		return
+	}
+	switch op {
+	case "sessions":
+		a.sessions(w, r, e, queue)
+	case "redrive":
+		if event.KindOf(queue) != event.KindMessages {
+			jsonError(w, http.StatusBadRequest, "name the entity whose dead letters to re-drive, not its dead-letter queue")
 			return
 		}
-		n, err := redrive(e, queue, body.SequenceNumbers)
-		answer(w, err, map[string]int{"redriven": n})
-	case strings.EqualFold(op, "purge"):
+		seqs, ok := readSeqs(w, r, true)
+		if ok {
+			n, err := redrive(e, queue, seqs)
+			answer(w, err, map[string]int{"redriven": n})
+		}
+	case "purge":
 		n, err := purge(e, queue)
 		answer(w, err, map[string]int{"purged": n})
 	default:
 		jsonError(w, http.StatusNotFound, fmt.Sprintf("no operation %s for %s", op, r.URL.Path))
 	}
+}
+
+// readSeqs reads a body {"sequenceNumbers": [...]}; with orNone a request
+// without a body reads as nil (all).
+func readSeqs(w http.ResponseWriter, r *http.Request, orNone bool) ([]uint64, bool) {
+	var body struct {
+		SequenceNumbers []uint64 `json:"sequenceNumbers"`
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	switch {
+	case err != nil:
+	case len(strings.TrimSpace(string(raw))) > 0:
+		err = json.Unmarshal(raw, &body)
+	case !orNone:
+		err = errors.New("no body")
+	}
+	if err == nil && !orNone && len(body.SequenceNumbers) == 0 {
+		err = errors.New("no sequence numbers")
+	}
+	if err != nil {
+		jsonError(w, http.StatusBadRequest, "want {\"sequenceNumbers\": [...]}: "+err.Error())
+		return nil, false
+	}
+	return body.SequenceNumbers, true
 }
 
 // redrive re-drives seqs, or every dead-lettered message, a batch at a
@@ -116,8 +175,16 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, projection.ErrInvalid), errors.Is(err, projection.ErrNotAllowed), errors.Is(err, errBadAdvance):
 		return http.StatusBadRequest
-	case errors.Is(err, broker.ErrNoTestClock):
+	case errors.Is(err, broker.ErrNoTestClock), errors.Is(err, projection.ErrMessageNotFound):
 		return http.StatusNotFound
+	case errors.Is(err, projection.ErrMessageTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, projection.ErrSessionIDRequired):
+		return http.StatusBadRequest
+	case errors.Is(err, projection.ErrEntityDisabled), errors.Is(err, projection.ErrQuotaExceeded):
+		return http.StatusForbidden
+	case errors.Is(err, projection.ErrExists):
+		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
 }

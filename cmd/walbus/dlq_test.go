@@ -54,18 +54,6 @@ func TestDeadLetterCommands(t *testing.T) {
 			got += len(msgs)
 		}
 	}
-	dlqSeqs := func(r *azservicebus.Receiver) []int64 {
-		t.Helper()
-		msgs, err := r.PeekMessages(ctx, 50, &azservicebus.PeekMessagesOptions{FromSequenceNumber: to.Ptr(int64(1))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []int64
-		for _, m := range msgs {
-			out = append(out, *m.SequenceNumber)
-		}
-		return out
-	}
 	receiveBack := func(r *azservicebus.Receiver, n int) []string {
 		t.Helper()
 		var bodies []string
@@ -107,7 +95,7 @@ func TestDeadLetterCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		deadLetter(tc.send, r, "a", "b", "c")
-		seqs := dlqSeqs(dlq)
+		seqs := peekSeqs(t, ctx, dlq)
 		if len(seqs) != 3 {
 			t.Fatalf("%s: dead-letter queue %v", tc.path, seqs)
 		}
@@ -127,7 +115,7 @@ func TestDeadLetterCommands(t *testing.T) {
 		if out := walbus(0, "dlq", "purge", tc.path); !strings.Contains(out, "2 purged") {
 			t.Fatalf("purge:\n%s", out)
 		}
-		if left := dlqSeqs(dlq); len(left) != 0 {
+		if left := peekSeqs(t, ctx, dlq); len(left) != 0 {
 			t.Fatalf("%s: after a purge the dead-letter queue holds %v", tc.path, left)
 		}
 	}

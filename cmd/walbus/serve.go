@@ -26,6 +26,7 @@ import (
 	"github.com/walbus/walbus/amqpserver/transport"
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/tools"
 )
 
 // The emulator's defaults, so its connection strings work unchanged.
@@ -438,7 +439,12 @@ func serve(args []string) int {
 	srv := amqpserver.New(b, amqpserver.Config{Keys: keys, Logger: logger, AuthTimeout: o.authTimeout,
 		SessionWait: o.sessionWait, Transport: withNoSASL(o.limits)})
 	metrics.SetConnections(srv.Stats)
-	api.Set(admin.NewAPI(b, keys, int(o.limits.MaxMessageSize), logger))
+	adminAPI := admin.NewAPI(b, keys, int(o.limits.MaxMessageSize), logger)
+	adminAPI.Audit = func(entity string, seq uint64) (any, error) {
+		// The live log, read as walbus audit reads a stopped one.
+		return tools.Audit(o.data, entity, tools.AuditOptions{Seq: seq})
+	}
+	api.Set(adminAPI)
 	ws.Set(transport.WebSocketHandler(srv.ServeConn, logger))
 	for _, sp := range splits {
 		go srv.Serve(sp.AMQP()) // AMQP on the HTTP listener
