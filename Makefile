@@ -7,7 +7,7 @@ FUZZTIME  ?= 10s
 FUZZMINIMIZE ?= 1s
 PKGS      := ./...
 
-.PHONY: all build run test vet staticcheck fmt-check unit full-size test-js test-py conformance bench bench-go fuzz crash clean
+.PHONY: all build run test vet staticcheck fmt-check unit full-size test-js test-py test-console console-picture conformance bench bench-go fuzz crash clean
 
 all: build
 
@@ -19,7 +19,7 @@ run: build
 	./$(BIN) serve
 
 # Everything CI runs.
-test: vet staticcheck fmt-check unit full-size test-js test-py conformance
+test: vet staticcheck fmt-check unit full-size test-js test-py test-console conformance
 
 vet:
 	$(GO) vet $(PKGS)
@@ -50,6 +50,22 @@ PY_DIR := amqpserver/testdata/pysdk
 PYTHON ?= /usr/bin/python3
 test-py: build
 	WALBUS_BIN=$(abspath $(BIN)) $(PYTHON) $(PY_DIR)/run.py
+
+# The web console in headless Chromium (Debian's chromium, /usr/bin/chromium),
+# driven by playwright-core (pinned in the lock file) against a real walbus
+# serve; screenshots of every step go to artifacts/console.
+CONSOLE_E2E := admin/console/e2e
+test-console:
+	cd $(CONSOLE_E2E) && npm ci --no-audit --no-fund --loglevel=error
+	WALBUS_CONSOLE_E2E=$(abspath $(CONSOLE_E2E)) WALBUS_ARTIFACTS=$(abspath artifacts/console) \
+		$(GO) test -count=1 -timeout 10m -run '^TestConsoleInBrowser$$' ./cmd/walbus
+
+# Makes the README's picture of the console again (docs/console.png), from a
+# walbus under live traffic (about 70 s).
+console-picture:
+	cd $(CONSOLE_E2E) && npm ci --no-audit --no-fund --loglevel=error
+	WALBUS_CONSOLE_E2E=$(abspath $(CONSOLE_E2E)) WALBUS_CONSOLE_SCREENSHOT=$(abspath docs/console.png) \
+		$(GO) test -count=1 -timeout 10m -run '^TestConsoleReadmePicture$$' ./cmd/walbus
 
 # The official Go SDK's own live tests (azservicebus and its admin package,
 # at the version go.mod pins) against two real walbus serve processes, a
