@@ -1,0 +1,7 @@
+//go:build race
+
+package replica
+
+// Under the race detector the simulation runs a tenth of its seeds;
+// `make full-size` runs thousands without it.
+const raceEnabled = true
