@@ -29,7 +29,8 @@ import (
 // index applied the same entry and hold the same state; at the end, after
 // the network heals, that every acknowledged send is still there or its
 // completion was acknowledged, that no message was completed twice, and
-// that the group serves again.
+// that the group serves again. Members' clocks differ by up to 3 s, as
+// machines' do.
 //
 // WALBUS_SIM_SEEDS sets how many seeds run (200 by default, 20 under the
 // race detector; make full-size runs 2,000); WALBUS_SIM_SEED runs one.
@@ -123,6 +124,7 @@ type simNode struct {
 	paused  int // steps left of a pause (SIGSTOP)
 	pending map[uint64]*op
 	term    uint64 // the term its pending operations were proposed in
+	skew    int64  // how far its clock is from the simulation's, ns
 }
 
 // op is a client's operation the leader proposed, waiting for its entry.
@@ -148,7 +150,9 @@ func newSim(t *testing.T, seed uint64) *sim {
 	}
 	s.peers = peers
 	for _, id := range peers {
-		node := &simNode{id: id, storage: newSimStorage(), pending: map[uint64]*op{}}
+		// Clocks of different machines differ by up to 3 s.
+		skew := int64(s.rng.IntN(7)-3) * int64(time.Second)
+		node := &simNode{id: id, storage: newSimStorage(), pending: map[uint64]*op{}, skew: skew}
 		s.nodes = append(s.nodes, node)
 		s.start(node)
 	}
@@ -402,7 +406,9 @@ func (s *sim) client() {
 	default:
 		cmd, o.kind = projection.Tick{}, "tick"
 	}
-	evs, err := e.Decide(cmd, max(s.now, leader.m.lastTime))
+	// The leader stamps its own clock, never earlier than the log's last
+	// event (docs/cluster.md, "Time").
+	evs, err := e.Decide(cmd, max(s.now+leader.skew, leader.m.lastTime))
 	if err != nil || len(evs) == 0 {
 		return // refused, or nothing to do: the client's answer needs no entry
 	}
