@@ -51,8 +51,11 @@ type Transport func(m *pb.Message)
 
 // Config configures a member.
 type Config struct {
-	ID    uint64   // this member, not 0
-	Peers []uint64 // every voting member, this one included, for a new group
+	ID uint64 // this member, not 0
+	// Peers are every voting member of a new group, this one included. A
+	// member joining a group that exists has none: it starts empty and
+	// learns the group from its leader (a snapshot, then the log).
+	Peers []uint64
 	// ElectionTicks and HeartbeatTicks are Raft's timers in Ticks
 	// (defaults 10 and 1).
 	ElectionTicks, HeartbeatTicks int
@@ -118,7 +121,7 @@ func New(cfg Config, storage Storage, sm StateMachine, applied uint64) (*Group, 
 	if err != nil {
 		return nil, err
 	}
-	if fresh {
+	if fresh && len(cfg.Peers) > 0 {
 		peers := make([]raft.Peer, len(cfg.Peers))
 		for i, id := range cfg.Peers {
 			peers[i] = raft.Peer{ID: id}
@@ -152,6 +155,17 @@ func (g *Group) Propose(data []byte) error {
 		return ErrStopped
 	}
 	return g.node.Propose(data)
+}
+
+// ProposeConfChange asks the group to change its membership: one change
+// at a time (Raft turns a second one, while one is pending, into an empty
+// entry). A new member joins as a learner and is promoted to voter once
+// it has caught up (docs/cluster.md, "Membership").
+func (g *Group) ProposeConfChange(cc *pb.ConfChangeV2) error {
+	if g.err != nil {
+		return ErrStopped
+	}
+	return g.node.ProposeConfChange(cc)
 }
 
 // Campaign makes the member stand for election now.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -30,7 +31,8 @@ import (
 // the network heals, that every acknowledged send is still there or its
 // completion was acknowledged, that no message was completed twice, and
 // that the group serves again. Members' clocks differ by up to 3 s, as
-// machines' do.
+// machines' do, and now and then a member is replaced (a newcomer joins as
+// a learner, is promoted, then the old one is removed).
 //
 // WALBUS_SIM_SEEDS sets how many seeds run (200 by default, 20 under the
 // race detector; make full-size runs 2,000); WALBUS_SIM_SEED runs one.
@@ -67,9 +69,9 @@ func TestSimulatedGroup(t *testing.T) {
 			t.Fatalf("seed %d failed (WALBUS_SIM_SEED=%d runs it alone)", seed, seed)
 		}
 	}
-	t.Logf("%d seeds: %d operations acknowledged, %d crashes (%d power cuts before a sync), %d snapshots sent, %d restored, highest term %d",
-		stats.seeds, stats.acks, stats.crashes, stats.powerCuts, stats.snapshots, stats.restores, stats.terms)
-	if stats.seeds >= 20 && (stats.crashes == 0 || stats.powerCuts == 0 || stats.snapshots == 0 || stats.restores == 0) {
+	t.Logf("%d seeds: %d operations acknowledged, %d crashes (%d power cuts before a sync), %d snapshots sent, %d restored, %d members replaced, highest term %d",
+		stats.seeds, stats.acks, stats.crashes, stats.powerCuts, stats.snapshots, stats.restores, stats.replaced, stats.terms)
+	if stats.seeds >= 20 && (stats.crashes == 0 || stats.powerCuts == 0 || stats.snapshots == 0 || stats.restores == 0 || stats.replaced == 0) {
 		t.Errorf("the seeds missed a fault the simulation means to bring: %+v", *stats)
 	}
 }
@@ -102,12 +104,21 @@ type sim struct {
 	acks           int
 	storm          bool // faults happen, power cuts among them
 	stats          *simStats
+	repl           *replacement // a member being replaced, nil for none
+}
+
+// replacement is a member being replaced, as an operator replaces a dead
+// node: the newcomer joins as a learner, is promoted to voter once it has
+// caught up, and then the victim is removed.
+type replacement struct {
+	newcomer, victim uint64
+	phase, since     int // the step it is at, and for how many steps
 }
 
 // simStats count what the seeds went through, to show the simulation
 // does what it means to.
 type simStats struct {
-	seeds, acks, crashes, powerCuts, snapshots, restores, terms int
+	seeds, acks, crashes, powerCuts, snapshots, restores, terms, replaced int
 }
 
 type inFlight struct {
@@ -125,6 +136,8 @@ type simNode struct {
 	pending map[uint64]*op
 	term    uint64 // the term its pending operations were proposed in
 	skew    int64  // how far its clock is from the simulation's, ns
+	join    bool   // added to the group that exists: starts with no peers
+	removed bool   // replaced: out of the group, and of the simulation
 }
 
 // op is a client's operation the leader proposed, waiting for its entry.
@@ -170,7 +183,11 @@ func (s *sim) start(n *simNode) {
 		applied = snap.GetMetadata().GetIndex()
 	}
 	n.storage.cut = func() bool { return s.storm && s.rng.IntN(400) == 0 }
-	g, err := New(Config{ID: n.id, Peers: s.peers, ElectionTicks: 10, HeartbeatTicks: 1}, n.storage, n.m, applied)
+	peers := s.peers
+	if n.join {
+		peers = nil
+	}
+	g, err := New(Config{ID: n.id, Peers: peers, ElectionTicks: 10, HeartbeatTicks: 1}, n.storage, n.m, applied)
 	if err != nil {
 		s.t.Fatalf("seed %d: node %d: %v", s.seed, n.id, err)
 	}
@@ -178,7 +195,27 @@ func (s *sim) start(n *simNode) {
 	n.pending = map[uint64]*op{}
 }
 
-func (s *sim) up(n *simNode) bool { return n.down == 0 && n.paused == 0 }
+func (s *sim) up(n *simNode) bool { return !n.removed && n.down == 0 && n.paused == 0 }
+
+// member picks a member at random.
+func (s *sim) member() *simNode {
+	for {
+		if n := s.nodes[s.rng.IntN(len(s.nodes))]; !n.removed {
+			return n
+		}
+	}
+}
+
+// leader is a member that believes it leads and is up.
+func (s *sim) leader() *simNode {
+	var leader *simNode
+	for _, n := range s.nodes {
+		if s.up(n) && n.group.IsLeader() {
+			leader = n
+		}
+	}
+	return leader
+}
 
 func (s *sim) run(steps int) {
 	// The storm: faults, then a calm in which the group must serve.
@@ -189,6 +226,13 @@ func (s *sim) run(steps int) {
 	before := s.acks
 	for i := 0; i < 300 && !s.t.Failed(); i++ {
 		s.step(false, true)
+	}
+	// A replacement under way finishes.
+	for i := 0; i < 600 && s.repl != nil && !s.t.Failed(); i++ {
+		s.step(false, true)
+	}
+	if s.repl != nil {
+		s.t.Errorf("seed %d: replacing member %d by %d is stuck at step %d", s.seed, s.repl.victim, s.repl.newcomer, s.repl.phase)
 	}
 	// Quiet, so that the last commit reaches every member.
 	for i := 0; i < 20 && !s.t.Failed(); i++ {
@@ -208,6 +252,7 @@ func (s *sim) step(faults, clients bool) {
 	}
 	for _, n := range s.nodes {
 		switch {
+		case n.removed:
 		case n.down > 0:
 			if n.down--; n.down == 0 {
 				n.storage = n.storage.afterCrash()
@@ -221,6 +266,7 @@ func (s *sim) step(faults, clients bool) {
 	}
 	s.deliver()
 	s.process()
+	s.membership(faults)
 	if clients {
 		s.client()
 		s.process()
@@ -231,7 +277,7 @@ func (s *sim) step(faults, clients bool) {
 // fault brings one of the nemesis's moves now and then.
 func (s *sim) fault() {
 	r := s.rng.IntN(1000)
-	n := s.nodes[s.rng.IntN(len(s.nodes))]
+	n := s.member()
 	switch {
 	case r < 8 && n.down == 0: // kill -9
 		s.crash(n)
@@ -245,7 +291,7 @@ func (s *sim) fault() {
 			}
 		}
 	case r < 26: // cut one link
-		o := s.nodes[s.rng.IntN(len(s.nodes))]
+		o := s.member()
 		if o != n {
 			s.cut[[2]uint64{n.id, o.id}] = true
 		}
@@ -310,6 +356,30 @@ func (s *sim) deliver() {
 	}
 }
 
+// sameEntries checks the entries n applied after index from, of every
+// kind (configuration changes too), against what other members applied
+// at those indexes: Raft's log matching, seen from outside.
+func (s *sim) sameEntries(n *simNode, from uint64) {
+	to := n.group.Applied()
+	if first, _ := n.storage.FirstIndex(); from+1 < first {
+		from = first - 1 // restored from a snapshot: those are in it
+	}
+	if to <= from {
+		return
+	}
+	ents, err := n.storage.Entries(from+1, to+1, math.MaxUint64)
+	if err != nil {
+		s.t.Fatalf("seed %d: node %d reads its entries %d to %d: %v", s.seed, n.id, from+1, to, err)
+	}
+	for _, e := range ents {
+		h := sha256.Sum256(binary.BigEndian.AppendUint64(append([]byte{byte(e.GetType())}, e.GetData()...), e.GetTerm()))
+		if want, seen := s.entries[e.GetIndex()]; seen && want != h {
+			s.t.Errorf("seed %d: node %d applied another entry at %d", s.seed, n.id, e.GetIndex())
+		}
+		s.entries[e.GetIndex()] = h
+	}
+}
+
 // snapshotSent tells the sender of a snapshot whether it arrived, as the
 // transport that streams it does: until then Raft sends that member
 // nothing more.
@@ -320,7 +390,7 @@ func (s *sim) snapshotSent(m *pb.Message, ok bool) {
 	if ok {
 		s.stats.snapshots++
 	}
-	if from := s.nodes[m.GetFrom()-1]; from.down == 0 {
+	if from := s.nodes[m.GetFrom()-1]; from.down == 0 && !from.removed {
 		from.group.ReportSnapshot(m.GetTo(), ok)
 	}
 }
@@ -333,7 +403,9 @@ func (s *sim) process() {
 			if !s.up(n) {
 				continue
 			}
+			from := n.group.Applied()
 			did, err := n.group.Process(s.send)
+			s.sameEntries(n, from)
 			if errors.Is(err, errPowerCut) {
 				s.stats.powerCuts++
 				s.crash(n)
@@ -357,12 +429,7 @@ func (s *sim) process() {
 // against the state it applied, once it has applied its whole log (so no
 // decision of an older term is still to come), one at a time.
 func (s *sim) client() {
-	var leader *simNode
-	for _, n := range s.nodes {
-		if s.up(n) && n.group.IsLeader() {
-			leader = n
-		}
-	}
+	leader := s.leader()
 	if leader == nil || len(leader.pending) > 0 {
 		return
 	}
@@ -420,6 +487,64 @@ func (s *sim) client() {
 	leader.term = leader.group.Term()
 }
 
+// membership replaces a member now and then (during the storm), and moves
+// a replacement under way on: each step is proposed by whoever leads, and
+// again every 2 s until the leader's configuration shows it (a proposal
+// may be lost with its leader).
+func (s *sim) membership(begin bool) {
+	leader := s.leader()
+	if leader == nil {
+		return
+	}
+	cs := leader.group.ConfState()
+	if s.repl == nil {
+		if !begin || s.rng.IntN(300) != 0 {
+			return
+		}
+		var others []uint64
+		for _, id := range cs.GetVoters() {
+			if id != leader.id {
+				others = append(others, id)
+			}
+		}
+		if len(others) == 0 || len(cs.GetLearners()) > 0 || len(cs.GetVotersOutgoing()) > 0 {
+			return
+		}
+		n := &simNode{id: uint64(len(s.nodes) + 1), storage: newSimStorage(), join: true,
+			skew: int64(s.rng.IntN(7)-3) * int64(time.Second)}
+		s.nodes = append(s.nodes, n)
+		s.start(n)
+		s.repl = &replacement{newcomer: n.id, victim: others[s.rng.IntN(len(others))]}
+	}
+	r := s.repl
+	var change pb.ConfChangeType
+	var who uint64
+	phase := 0
+	switch {
+	case !slices.Contains(cs.GetLearners(), r.newcomer) && !slices.Contains(cs.GetVoters(), r.newcomer):
+		change, who, phase = pb.ConfChangeType_ConfChangeAddLearnerNode, r.newcomer, 1
+	case slices.Contains(cs.GetLearners(), r.newcomer):
+		if newcomer := s.nodes[r.newcomer-1]; newcomer.group.Applied()+10 < leader.group.Applied() {
+			return // not caught up yet
+		}
+		change, who, phase = pb.ConfChangeType_ConfChangeAddNode, r.newcomer, 2
+	case slices.Contains(cs.GetVoters(), r.victim):
+		change, who, phase = pb.ConfChangeType_ConfChangeRemoveNode, r.victim, 3
+	default:
+		s.nodes[r.victim-1].removed = true
+		s.repl = nil
+		s.stats.replaced++
+		return
+	}
+	if phase != r.phase {
+		r.phase, r.since = phase, 0
+	}
+	if r.since++; r.since%20 != 1 {
+		return
+	}
+	leader.group.ProposeConfChange(&pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: &change, NodeId: &who}}})
+}
+
 // acked is the answer to a client whose operation committed.
 func (s *sim) acked(o *op, evs []event.Event) {
 	s.acks++
@@ -458,12 +583,7 @@ func (s *sim) compact() {
 // check looks at the end state: every member applied all the leader
 // committed; nothing acknowledged was lost or completed twice.
 func (s *sim) check() {
-	var leader *simNode
-	for _, n := range s.nodes {
-		if s.up(n) && n.group.IsLeader() {
-			leader = n
-		}
-	}
+	leader := s.leader()
 	if leader == nil {
 		s.t.Errorf("seed %d: no leader after the calm", s.seed)
 		return
@@ -472,6 +592,9 @@ func (s *sim) check() {
 		if s.up(n) && n.group.Applied() < leader.group.Applied() {
 			s.t.Errorf("seed %d: node %d applied up to %d, the leader %d", s.seed, n.id, n.group.Applied(), leader.group.Applied())
 		}
+	}
+	if voters := leader.group.ConfState().GetVoters(); len(voters) != len(s.peers) {
+		s.t.Errorf("seed %d: the group ends with voters %v, want %d", s.seed, voters, len(s.peers))
 	}
 	e := leader.m.e
 	present := func(seq uint64) bool {
@@ -536,10 +659,6 @@ func (m *entityMachine) Apply(index uint64, data []byte) error {
 		}
 	}
 	s := m.s
-	if want, seen := s.entries[index]; seen && want != sha256.Sum256(data) {
-		s.t.Errorf("seed %d: node %d applied another entry at %d", s.seed, m.n.id, index)
-	}
-	s.entries[index] = sha256.Sum256(data)
 	state := sha256.Sum256(m.e.Encode(nil))
 	if want, seen := s.states[index]; seen && want != state {
 		s.t.Errorf("seed %d: node %d holds another state after %d", s.seed, m.n.id, index)
