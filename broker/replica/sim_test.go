@@ -521,9 +521,12 @@ func (s *sim) membership(begin bool) {
 		if !begin || s.rng.IntN(300) != 0 {
 			return
 		}
+		// The victim: a voter other than the leader, and not one an
+		// earlier replacement removed (a leader that has not applied
+		// that removal yet still lists it).
 		var others []uint64
 		for _, id := range cs.GetVoters() {
-			if id != leader.id {
+			if id != leader.id && !s.nodes[id-1].removed {
 				others = append(others, id)
 			}
 		}
