@@ -516,6 +516,12 @@ func (s *sim) membership(begin bool) {
 	if leader == nil {
 		return
 	}
+	// Only a leader that applied its whole log sees the newest
+	// configuration: one just elected could otherwise propose adding the
+	// newcomer as a learner again after its promotion, demoting it.
+	if last, _ := leader.storage.LastIndex(); leader.group.Applied() != last {
+		return
+	}
 	cs := leader.group.ConfState()
 	if s.repl == nil {
 		if !begin || s.rng.IntN(300) != 0 {
