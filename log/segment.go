@@ -163,7 +163,8 @@ func nextRecordAfter(data []byte, off, n int, next uint64) bool {
 	}
 	for p := off + 1; p < len(data); p++ {
 		body, _, r := entryAt(data, p)
-		if r != "" || body[0] != event.FormatVersion || binary.BigEndian.Uint64(body[3:11]) != next {
+		if r != "" || (body[0] != event.FormatVersion && body[0] != event.FormatVersionRaft) ||
+			binary.BigEndian.Uint64(body[3:11]) != next {
 			continue
 		}
 		if e, err := event.DecodeRecord(body); err == nil && e.Index == next {

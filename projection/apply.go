@@ -18,6 +18,12 @@ func (e *Entity) Apply(ev *event.Event) error {
 	if ev.Index <= e.last {
 		return fmt.Errorf("event %d (%s) applied after %d", ev.Index, ev.Type, e.last)
 	}
+	if ev.Type == event.Marker {
+		// A Raft entry without events: it takes an index and carries no
+		// time of the entity's (the storage under Raft writes it).
+		e.last = ev.Index
+		return nil
+	}
 	e.last, e.lastTime = ev.Index, ev.Time
 	switch ev.Type {
 	case event.EntityCreated, event.EntityUpdated:

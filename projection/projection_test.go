@@ -24,10 +24,11 @@ func TestAgainstModel(t *testing.T) {
 		for _, typ := range event.Types() {
 			// The model knows queues; topics' events are tested in
 			// topic_test.go. A commit's closing event is the broker's
-			// (broker/txn.go), not a decision of the projection, and the
+			// (broker/txn.go) and a marker Raft's storage's
+			// (broker/replica), not decisions of the projection, and the
 			// namespace log's events never reach an entity's.
 			namespace := typ == event.EntityDeleted || typ == event.ClockAdvanced
-			if !namespace && typ != event.Committed && !topicEvent(typ) && seen[typ] == 0 {
+			if !namespace && typ != event.Committed && typ != event.Marker && !topicEvent(typ) && seen[typ] == 0 {
 				t.Errorf("no %s event in any history", typ)
 			}
 		}

@@ -21,11 +21,20 @@ import (
 // The index inside the envelope lets a positional read prove that it found the
 // record it was looking for; the CRC covers everything, so a flipped bit
 // anywhere is caught.
+//
+// Format version 2 is the first record of a Raft entry in a replicated
+// entity log (docs/cluster.md): version 1's header, then the entry's Raft
+// term, its Raft index and its proposer's tag (8 bytes each), then the
+// payload and the CRC as in version 1. The records after the first of an
+// entry are version 1.
 const (
 	FormatVersion = 1
-	headerSize    = 19
-	crcSize       = 4
-	MinRecordSize = headerSize + crcSize
+	// FormatVersionRaft is the envelope of a Raft entry's first record.
+	FormatVersionRaft = 2
+	headerSize        = 19
+	raftHeaderSize    = headerSize + 24
+	crcSize           = 4
+	MinRecordSize     = headerSize + crcSize
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -110,6 +119,8 @@ var layouts = map[Type][]field{
 
 	ScheduledHeld: {fQueue, fUntil, fTTL, fMessageID, fSessionID, fMessage},
 	Confirmed:     {fQueue, fSeq, fMessageID},
+
+	Marker: {fQueue, fState},
 }
 
 // tails names the optional field a type's payload may end with, after its
@@ -135,9 +146,18 @@ func (e *Event) tail() (field, bool) {
 // It allocates only if dst lacks capacity.
 func AppendRecord(dst []byte, e *Event) []byte {
 	start := len(dst)
-	dst = append(dst, FormatVersion, byte(e.Type), e.Flags)
+	version := byte(FormatVersion)
+	if e.Term != 0 {
+		version = FormatVersionRaft
+	}
+	dst = append(dst, version, byte(e.Type), e.Flags)
 	dst = binary.BigEndian.AppendUint64(dst, e.Index)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.Time))
+	if e.Term != 0 {
+		dst = binary.BigEndian.AppendUint64(dst, e.Term)
+		dst = binary.BigEndian.AppendUint64(dst, e.Entry)
+		dst = binary.BigEndian.AppendUint64(dst, e.Tag)
+	}
 	dst = appendPayload(dst, e)
 	crc := crc32.Checksum(dst[start:], castagnoli)
 	return binary.BigEndian.AppendUint32(dst, crc)
@@ -146,6 +166,9 @@ func AppendRecord(dst []byte, e *Event) []byte {
 // RecordSize is the length AppendRecord will produce for e.
 func RecordSize(e *Event) int {
 	n := MinRecordSize
+	if e.Term != 0 {
+		n += raftHeaderSize - headerSize
+	}
 	for _, f := range layouts[e.Type] {
 		n += fieldSize(e, f)
 	}
@@ -255,7 +278,15 @@ func DecodeRecord(b []byte) (Event, error) {
 	if len(b) < MinRecordSize {
 		return e, fmt.Errorf("%w: %d bytes is shorter than an envelope", ErrInvalidRecord, len(b))
 	}
-	if b[0] != FormatVersion {
+	header := headerSize
+	switch b[0] {
+	case FormatVersion:
+	case FormatVersionRaft:
+		header = raftHeaderSize
+		if len(b) < header+crcSize {
+			return e, fmt.Errorf("%w: %d bytes is shorter than a Raft entry's envelope", ErrInvalidRecord, len(b))
+		}
+	default:
 		return e, fmt.Errorf("%w: format version %d", ErrInvalidRecord, b[0])
 	}
 	body := b[:len(b)-crcSize]
@@ -277,7 +308,15 @@ func DecodeRecord(b []byte) (Event, error) {
 	if e.Index == 0 {
 		return e, fmt.Errorf("%w: index 0", ErrInvalidRecord)
 	}
-	r := NewReader(body[headerSize:])
+	if header == raftHeaderSize {
+		e.Term = binary.BigEndian.Uint64(b[19:27])
+		e.Entry = binary.BigEndian.Uint64(b[27:35])
+		e.Tag = binary.BigEndian.Uint64(b[35:43])
+		if e.Term == 0 || e.Entry == 0 {
+			return e, fmt.Errorf("%w: Raft term %d, index %d", ErrInvalidRecord, e.Term, e.Entry)
+		}
+	}
+	r := NewReader(body[header:])
 	for _, f := range layout {
 		readField(r, &e, f)
 	}

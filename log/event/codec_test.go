@@ -79,7 +79,7 @@ func TestDecodeRecordRejects(t *testing.T) {
 		"empty":       {},
 		"short":       good[:MinRecordSize-1],
 		"zero-filled": make([]byte, len(good)),
-		"bad version": append([]byte{2}, good[1:]...),
+		"bad version": append([]byte{3}, good[1:]...),
 		"truncated":   good[:len(good)-1],
 	}
 	unknown := Event{Type: 200, Index: 1}
@@ -139,6 +139,51 @@ func TestHopsTail(t *testing.T) {
 	}
 }
 
+// The first record of a Raft entry carries the entry's term, index and
+// tag in a version 2 envelope; every other record stays version 1, byte
+// for byte.
+func TestRaftEnvelope(t *testing.T) {
+	for _, e := range sampleEvents() {
+		plain := AppendRecord(nil, &e)
+		e.Term, e.Entry, e.Tag = 7, 1<<40, 0xfeedface
+		rec := AppendRecord(nil, &e)
+		if rec[0] != FormatVersionRaft || len(rec) != len(plain)+24 || RecordSize(&e) != len(rec) {
+			t.Fatalf("%s: version %d, %d bytes (RecordSize %d), %d without Raft", e.Type, rec[0], len(rec), RecordSize(&e), len(plain))
+		}
+		got, err := DecodeRecord(rec)
+		if err != nil {
+			t.Fatalf("%s: %v", e.Type, err)
+		}
+		if !reflect.DeepEqual(got, e) {
+			t.Errorf("%s: round trip\n got %+v\nwant %+v", e.Type, got, e)
+		}
+		for i := range rec {
+			b := bytes.Clone(rec)
+			b[i] ^= 0x10
+			if _, err := DecodeRecord(b); err == nil {
+				t.Fatalf("%s: flip in byte %d not detected", e.Type, i)
+			}
+		}
+	}
+	// A term or an index of zero, with a good CRC, is refused: version 2
+	// means a Raft entry begins here.
+	for _, zero := range []int{19, 27} {
+		e := Event{Type: Completed, Index: 1, Seq: 1, Term: 1, Entry: 1}
+		b := AppendRecord(nil, &e)
+		b = b[:len(b)-crcSize]
+		clear(b[zero : zero+8])
+		b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+		if _, err := DecodeRecord(b); !errors.Is(err, ErrInvalidRecord) {
+			t.Errorf("zero at %d: %v, want ErrInvalidRecord", zero, err)
+		}
+	}
+	short := []byte{FormatVersionRaft, byte(Checkpoint), 0}
+	short = append(short, make([]byte, 16+4)...)
+	if _, err := DecodeRecord(short); !errors.Is(err, ErrInvalidRecord) {
+		t.Errorf("a version 2 record of %d bytes: %v", len(short), err)
+	}
+}
+
 func TestAppendRecordDoesNotAllocate(t *testing.T) {
 	e := Event{Type: Enqueued, Index: 9, Time: 5, MessageID: "id", SessionID: "s", Message: make([]byte, 1024)}
 	buf := make([]byte, 0, 4096)
@@ -150,6 +195,8 @@ func TestAppendRecordDoesNotAllocate(t *testing.T) {
 
 func FuzzDecodeRecord(f *testing.F) {
 	for _, e := range sampleEvents() {
+		f.Add(AppendRecord(nil, &e))
+		e.Term, e.Entry, e.Tag = 3, 9, 1
 		f.Add(AppendRecord(nil, &e))
 	}
 	f.Add(make([]byte, 40))

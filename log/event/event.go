@@ -145,6 +145,12 @@ const (
 	// Confirmed: held message Seq of queue Queue is scheduled for good;
 	// MessageID is what duplicate detection remembers of it from now on.
 	Confirmed Type = 64
+
+	// Marker is a Raft entry with no events in a replicated entity log: a
+	// new leader's empty entry, or a change of the group's membership.
+	// Queue holds the entry's Raft type, State its data. It changes no
+	// state; it is there so that every Raft entry has a record.
+	Marker Type = 70
 )
 
 // LockToken identifies one lock on one message. It is a GUID on the wire.
@@ -192,6 +198,12 @@ type Event struct {
 	Message     []byte // the bare AMQP message exactly as the client sent it
 	State       []byte // session state
 
+	// Term, Entry and Tag mark the first record of a Raft entry in a
+	// replicated entity log (envelope version 2, docs/cluster.md): the
+	// entry's Raft term and Raft index, and the tag its proposer gave it to
+	// know it again. All zero on every other record.
+	Term, Entry, Tag uint64
+
 	// Pos is where the record sits in its segment. It is not part of the
 	// record: Append and the scanners fill it in.
 	Pos Position
@@ -217,7 +229,7 @@ var typeNames = map[Type]string{
 	SessionLocked: "session-locked", SessionLockRenewed: "session-lock-renewed",
 	SessionUnlocked: "session-unlocked", SessionStateSet: "session-state-set",
 	Checkpoint: "checkpoint", Committed: "committed", Transfer: "transfer", Arrived: "arrived",
-	ScheduledHeld: "scheduled-held", Confirmed: "confirmed",
+	ScheduledHeld: "scheduled-held", Confirmed: "confirmed", Marker: "marker",
 
 	TransferDeadLettered: "transfer-dead-lettered", Deleted: "deleted",
 }
