@@ -37,9 +37,13 @@ type Storage interface {
 // StateMachine is what the group replicates: committed entries are applied
 // to it in order, on every member.
 type StateMachine interface {
-	// Apply applies the committed entry at index. An error stops the
-	// group: a member that cannot apply what the others did must not go
-	// on (its state would diverge).
+	// Apply applies the committed entry at index. An entry without
+	// events (a new leader's empty entry, a change of membership) comes
+	// with nil data: it still takes one log index (LogStorage writes a
+	// Marker record for it), so a machine that numbers its events as the
+	// log does counts it (docs/cluster.md). An error stops the group: a
+	// member that cannot apply what the others did must not go on (its
+	// state would diverge).
 	Apply(index uint64, data []byte) error
 	// Restore replaces the state with a snapshot's.
 	Restore(snap *pb.Snapshot) error
@@ -266,13 +270,17 @@ func (g *Group) apply(e *pb.Entry) error {
 	if index <= g.applied {
 		return nil // in the snapshot restored, or applied before a restart
 	}
+	var data []byte // nil for an entry without events
+	if e.GetType() == pb.EntryType_EntryNormal {
+		data = e.GetData()
+	}
+	if len(data) == 0 {
+		data = nil
+	}
+	if err := g.sm.Apply(index, data); err != nil {
+		return fmt.Errorf("replica %d: apply %d: %w", g.id, index, err)
+	}
 	switch e.GetType() {
-	case pb.EntryType_EntryNormal:
-		if len(e.GetData()) > 0 { // a new leader's empty entry carries nothing
-			if err := g.sm.Apply(index, e.GetData()); err != nil {
-				return fmt.Errorf("replica %d: apply %d: %w", g.id, index, err)
-			}
-		}
 	case pb.EntryType_EntryConfChange:
 		var cc pb.ConfChange
 		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {

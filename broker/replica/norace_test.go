@@ -1,5 +1,5 @@
 //go:build !race
 
-package replica
+package replica_test
 
 const raceEnabled = false

@@ -1,6 +1,6 @@
 //go:build race
 
-package replica
+package replica_test
 
 // Under the race detector the simulation runs a tenth of its seeds;
 // `make full-size` runs thousands without it.
