@@ -822,6 +822,10 @@ type history struct {
 	// as the tests of reading those need.
 	sendVia bool
 	fail    func(format string, args ...any)
+	// exec, if set, takes the commands step issues instead of run, which
+	// decides them at once: the replicated test queues them and has the
+	// group's leader decide each when its turn comes.
+	exec func(Command)
 }
 
 var receivers = []string{"r1", "r2", "r3"}
@@ -831,6 +835,14 @@ var modelQueues = []uint32{event.MainQueue, event.DeadLetterQueue, event.Transfe
 var sessionIDs = []string{"s1", "s2", "s3", "s4"}
 
 func (h *history) run(cmd Command) {
+	if h.exec != nil {
+		h.exec(cmd)
+		return
+	}
+	if f, ok := cmd.(thunk); ok {
+		f()
+		return
+	}
 	got, gotErr := h.e.Decide(cmd, h.now)
 	want, wantErr := h.m.decide(cmd, h.now)
 	if !sameError(gotErr, wantErr) {
@@ -858,17 +870,26 @@ func (h *history) run(cmd Command) {
 	if a, b := observe(h.e, h.now), h.m.observe(h.now); a != b {
 		h.fail("after %T %+v states differ:\nprojection:\n%s\nmodel:\n%s", cmd, cmd, a, b)
 	}
-	if got, want := h.e.DueScheduled(0, h.now), h.dueScheduled(); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got, want := h.e.DueScheduled(0, h.now), h.dueScheduled(h.now); fmt.Sprint(got) != fmt.Sprint(want) {
 		h.fail("due scheduled: projection %v model %v", got, want)
 	}
 }
 
+// later calls f once the commands issued before it are decided and
+// applied: at once, or in its turn when exec queues commands.
+func (h *history) later(f func()) { h.run(thunk(f)) }
+
+// thunk is a function later queues among the commands.
+type thunk func()
+
+func (thunk) isCommand() {}
+
 // dueScheduled is what the model says is due for activation: scheduled,
 // not held, at or before now.
-func (h *history) dueScheduled() []uint64 {
+func (h *history) dueScheduled(now int64) []uint64 {
 	var due []uint64
 	for _, msg := range h.m.inQueue(event.MainQueue, func(msg *mMsg) bool {
-		return msg.state == index.Scheduled && !msg.held && msg.activates <= h.now
+		return msg.state == index.Scheduled && !msg.held && msg.activates <= now
 	}) {
 		due = append(due, msg.seq)
 	}
@@ -1029,15 +1050,17 @@ func (h *history) step() {
 			h.run(ReceiveAndDelete{Queue: q, Receiver: receivers[r.IntN(3)], Session: session, Max: r.IntN(4), Limit: limit})
 			if r.IntN(2) == 0 {
 				// The receiver's link closed before some of them left.
-				var back []Restored
-				for _, ev := range h.events[from:] {
-					if ev.Type == event.ReceivedAndDeleted && r.IntN(3) > 0 {
-						back = append(back, h.restored(before[ev.Seq]))
+				h.later(func() {
+					var back []Restored
+					for _, ev := range h.events[from:] {
+						if ev.Type == event.ReceivedAndDeleted && r.IntN(3) > 0 {
+							back = append(back, h.restored(before[ev.Seq]))
+						}
 					}
-				}
-				if len(back) > 0 {
-					h.run(Restore{Queue: q, Messages: back})
-				}
+					if len(back) > 0 {
+						h.run(Restore{Queue: q, Messages: back})
+					}
+				})
 			}
 		} else {
 			h.run(Lock{Queue: q, Receiver: receivers[r.IntN(3)], Session: session, Max: r.IntN(4), Limit: limit, Nonce: r.Uint64()})
@@ -1064,9 +1087,11 @@ func (h *history) step() {
 			h.run(Checkpoint{}) // an idle entity's: changes nothing
 		}
 		h.run(Tick{})
-		for _, seq := range h.e.DueScheduled(0, h.now) {
-			h.run(Activate{Queue: 0, Seq: seq, Record: h.records[seq]})
-		}
+		h.later(func() {
+			for _, seq := range h.e.DueScheduled(0, h.now) {
+				h.run(Activate{Queue: 0, Seq: seq, Record: h.records[seq]})
+			}
+		})
 	case 13:
 		var seqs []uint64
 		// In order: a map's order differs from run to run, and with a draw
@@ -1166,8 +1191,10 @@ func (h *history) step() {
 		// goes to the transfer dead-letter queue. Locks work there too,
 		// though the shell takes none.
 		var seqs []uint64
-		for _, msg := range h.m.msgs {
-			if msg.queue == event.TransferQueue && r.IntN(2) == 0 {
+		// In order, as in case 13: a draw per message in a map's order
+		// would make the history differ from run to run.
+		for _, msg := range h.m.inQueue(event.TransferQueue, func(*mMsg) bool { return true }) {
+			if r.IntN(2) == 0 {
 				seqs = append(seqs, msg.seq)
 			}
 		}
