@@ -82,6 +82,8 @@ full-size:
 	$(GO) test -count=1 -timeout 10m -run '^TestCompactionFollowsWhatIsHeld$$' ./broker
 	WALBUS_FULL_SIZE=1 $(GO) test -count=1 -timeout 10m -run '^TestMemoryBudgetAcrossQueues$$' ./cmd/walbus
 	WALBUS_SIM_SEEDS=2000 $(GO) test -count=1 -timeout 10m -run '^TestSimulatedGroup$$' ./broker/replica
+	WALBUS_SIM_SEEDS=300 $(GO) test -count=1 -timeout 10m -run '^TestSimulatedGroupOnDisk$$' ./broker/replica
+	WALBUS_SIM_SEEDS=600 $(GO) test -count=1 -timeout 10m -run '^TestReplicatedAgainstModel$$' ./projection
 
 # A short standard set of walbus bench runs (SDK and go-amqp sends, a paced send and
 # receive, a drain) against a fresh walbus serve --sync always, and the paced ones again against
