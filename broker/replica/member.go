@@ -1,0 +1,411 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
+)
+
+// Member is one node's member of an entity's group at run time: a Group
+// on its LogStorage, driven by a goroutine of its own (Raft's ticks, the
+// messages of its peers, the proposals of its owner). To its owner, the
+// entity's actor, it is the entity log: Append and AppendLazy take
+// events and give them their log indexes at once, and DurableIndex is
+// the watermark up to which the group committed them (docs/cluster.md,
+// "The leader's actor"). Only a member that leads takes appends: its
+// owner decides, applies at once, and answers clients once the events
+// are committed, as a single node answers once they are fsynced.
+//
+// The owner learns the member's role and the events it did not append
+// through its Owner, in the order they happen. A leader that loses its
+// term fails what it had not seen committed (ErrNotLeader) and tells its
+// owner to step down: what the owner applied ahead of the commit may be
+// gone, so it takes its state again from what was committed.
+type Member struct {
+	cfg   MemberConfig
+	g     *Group
+	st    *LogStorage
+	inbox chan *pb.Message
+	props chan *proposal
+	quit  chan struct{}
+	done  chan struct{}
+
+	// durable is the log index of the last record of the last entry
+	// committed and applied here.
+	durable atomic.Uint64
+
+	mu      sync.Mutex
+	leading bool   // leads, and has applied everything before its term
+	term    uint64 // the term it leads in
+	next    uint64 // the log index the next event appended gets
+	err     error  // why appends are refused (nil while leading)
+
+	// Driver goroutine only.
+	pending  []*proposal // appended, not yet committed, in log order
+	leadFrom uint64      // the Raft index it must apply before it serves, 0 if not leader
+	closeErr error
+}
+
+// proposal is an append on its way: an entry (data non-nil) or a barrier.
+type proposal struct {
+	data  []byte
+	tag   uint64 // its first log index
+	last  uint64 // its last log index (a barrier's: what it waits for)
+	term  uint64
+	done  func(error)
+	entry bool
+}
+
+// MemberConfig configures a Member.
+type MemberConfig struct {
+	Config
+	Dir  string      // the storage's directory (LogStorage)
+	Log  log.Options // the entity log's
+	Tick time.Duration
+	// Send hands a message to the peer transport. It must not block.
+	Send func(m *pb.Message)
+	// Owner hears what happens, on the member's goroutine: it must not
+	// block or call the member's methods other than DurableIndex.
+	Owner Owner
+}
+
+// Owner is what a Member tells the entity's actor.
+type Owner interface {
+	// Apply gives committed events this member did not append (a
+	// follower's, or a new leader's before it serves), with their log
+	// indexes. An entry without events comes as one Marker event.
+	Apply(evs []event.Event)
+	// Restore replaces the state with a snapshot's, from the leader:
+	// state reaches log index logIndex.
+	Restore(logIndex uint64, state []byte)
+	// Lead: the member leads in term and has applied all that was
+	// committed before; it takes appends from log index next.
+	Lead(term, next uint64)
+	// StepDown: the member led and does no more. What the owner applied
+	// after log index committed may be gone: it takes its state again
+	// from the log up to there, and applies what comes after.
+	StepDown(committed uint64)
+}
+
+// ErrNotLeader refuses an append to a member that does not lead, or
+// fails one whose fate its lost term left unknown.
+var ErrNotLeader = errors.New("replica: not the group's leader")
+
+// OpenMember opens the storage in cfg.Dir and starts the member.
+func OpenMember(cfg MemberConfig) (*Member, error) {
+	if cfg.Tick == 0 {
+		cfg.Tick = 100 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = discard{}
+	}
+	st, err := OpenLogStorage(cfg.Dir, cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	m := &Member{cfg: cfg, st: st, inbox: make(chan *pb.Message, 1024), props: make(chan *proposal, 1024),
+		quit: make(chan struct{}), done: make(chan struct{}), err: ErrNotLeader}
+	snap, _ := st.Snapshot()
+	applied := snap.GetMetadata().GetIndex()
+	if applied > 0 {
+		logIndex, state, err := DecodeSnapshot(snap.GetData())
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		cfg.Owner.Restore(logIndex, state)
+		m.durable.Store(logIndex)
+	}
+	if m.g, err = New(cfg.Config, st, memberMachine{m}, applied); err != nil {
+		st.Close()
+		return nil, err
+	}
+	go m.run()
+	return m, nil
+}
+
+// Step hands the member a message from a peer. It drops it if the member
+// is behind on its messages (Raft sends again what matters).
+func (m *Member) Step(msg *pb.Message) {
+	select {
+	case m.inbox <- msg:
+	default:
+	}
+}
+
+// Leading reports whether the member leads and serves, and its term.
+func (m *Member) Leading() (bool, uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.leading, m.term
+}
+
+// DurableIndex is the log index up to which the group committed the
+// entity's records (and this member applied them).
+func (m *Member) DurableIndex() uint64 { return m.durable.Load() }
+
+// Append gives evs the next log indexes and proposes them as one entry.
+// done, if not nil, is called on the member's goroutine once the entry is
+// committed, or with ErrNotLeader if the member lost its term first (the
+// entry may still be committed by the next leader: its fate is unknown,
+// as a timeout's is). An empty evs makes done a barrier for every append
+// before it.
+func (m *Member) Append(evs []event.Event, done func(error)) (uint64, error) {
+	m.mu.Lock()
+	if m.err != nil {
+		m.mu.Unlock()
+		return 0, m.err
+	}
+	first := m.next
+	for i := range evs {
+		evs[i].Index = first + uint64(i)
+		evs[i].Flags &^= event.FlagContinued
+		if i < len(evs)-1 {
+			evs[i].Flags |= event.FlagContinued
+		}
+	}
+	p := &proposal{tag: first, last: first + uint64(len(evs)) - 1, term: m.term, done: done}
+	if len(evs) > 0 {
+		p.data, p.entry = EncodeEntry(first, evs), true
+		m.next += uint64(len(evs))
+	}
+	m.mu.Unlock()
+	if !p.entry && done == nil {
+		return first, nil
+	}
+	select {
+	case m.props <- p:
+	case <-m.done:
+		return 0, ErrNotLeader
+	}
+	return first, nil
+}
+
+// AppendLazy is Append with nobody waiting for the commit.
+func (m *Member) AppendLazy(evs []event.Event) (uint64, error) { return m.Append(evs, nil) }
+
+// Log is the entity log under the member, for reading records back.
+func (m *Member) Log() *log.Log { return m.st.Log() }
+
+// Close stops the member and closes its storage. Appends not yet
+// committed fail with ErrNotLeader.
+func (m *Member) Close() error {
+	select {
+	case <-m.quit:
+	default:
+		close(m.quit)
+	}
+	<-m.done
+	return m.closeErr
+}
+
+func (m *Member) run() {
+	defer close(m.done)
+	tick := time.NewTicker(m.cfg.Tick)
+	defer tick.Stop()
+	send := func(msg *pb.Message) { m.cfg.Send(msg) }
+	for {
+		select {
+		case <-m.quit:
+			m.fail(ErrNotLeader)
+			m.closeErr = m.st.Close()
+			return
+		case <-tick.C:
+			m.g.Tick()
+		case msg := <-m.inbox:
+			if err := m.g.Step(msg); err != nil && !errors.Is(err, ErrStopped) {
+				m.cfg.Logger.Warningf("replica %d: step %s: %v", m.cfg.ID, msg.GetType(), err)
+			}
+		case p := <-m.props:
+			m.propose(p)
+			// Take what else is queued: one Process, one sync, for all.
+		more:
+			for range 256 {
+				select {
+				case p := <-m.props:
+					m.propose(p)
+				default:
+					break more
+				}
+			}
+		}
+		m.roles(false)
+		for {
+			did, err := m.g.Process(send)
+			if err != nil {
+				// The storage failed: the member stops, as an entity
+				// whose log failed does, and is opened again.
+				m.fail(fmt.Errorf("replica %d: %w", m.cfg.ID, err))
+				<-m.quit
+				m.closeErr = m.st.Close()
+				return
+			}
+			m.roles(!did)
+			if !did {
+				break
+			}
+		}
+	}
+}
+
+// propose hands p to Raft. A leader that cannot propose has lost its
+// term: what it appended fails.
+func (m *Member) propose(p *proposal) {
+	if m.leadFrom == 0 || p.term != m.g.Term() {
+		fail(p, ErrNotLeader)
+		m.fail(ErrNotLeader)
+		return
+	}
+	if p.entry {
+		if err := m.g.Propose(p.data); err != nil {
+			fail(p, ErrNotLeader)
+			m.fail(ErrNotLeader)
+			return
+		}
+	}
+	m.pending = append(m.pending, p)
+	m.release()
+}
+
+func fail(p *proposal, err error) {
+	if p.done != nil {
+		p.done(err)
+	}
+}
+
+// roles follows the member's role: a member that leads serves once it
+// has applied what came before its term; one that led and no longer
+// does (or whose term moved on) steps down. settled says that Raft has
+// nothing more ready: what it appended (a new leader's empty entry) is
+// in the storage.
+func (m *Member) roles(settled bool) {
+	leader, term := m.g.IsLeader(), m.g.Term()
+	m.mu.Lock()
+	serving, ledTerm := m.leading, m.term
+	m.mu.Unlock()
+	if (serving || m.leadFrom != 0) && (!leader || term != ledTerm) {
+		m.fail(ErrNotLeader)
+		serving = false
+	}
+	if !leader {
+		return
+	}
+	if m.leadFrom == 0 {
+		if !settled {
+			return
+		}
+		last, _ := m.st.LastIndex()
+		m.leadFrom = last // its empty entry is there: Raft appends it on election
+		m.mu.Lock()
+		m.term = term
+		m.mu.Unlock()
+	}
+	if !serving && m.g.Applied() >= m.leadFrom {
+		next := m.st.nextLogIndex()
+		m.mu.Lock()
+		m.leading, m.next, m.err = true, next, nil
+		m.mu.Unlock()
+		m.cfg.Owner.Lead(term, next)
+	}
+}
+
+// fail ends a leadership, or the hope of one: appends in flight fail,
+// and an owner that served steps down.
+func (m *Member) fail(err error) {
+	for _, p := range m.pending {
+		fail(p, err)
+	}
+	m.pending = nil
+	m.leadFrom = 0
+	m.mu.Lock()
+	serving := m.leading
+	m.leading, m.err = false, err
+	m.mu.Unlock()
+	if serving {
+		m.cfg.Owner.StepDown(m.durable.Load())
+	}
+	for {
+		select {
+		case p := <-m.props:
+			fail(p, err)
+			continue
+		default:
+		}
+		return
+	}
+}
+
+// release calls done for appends the group committed, in log order.
+func (m *Member) release() {
+	durable := m.durable.Load()
+	n := 0
+	for _, p := range m.pending {
+		if p.entry || p.last > durable {
+			break
+		}
+		fail(p, nil)
+		n++
+	}
+	m.pending = m.pending[n:]
+}
+
+// memberMachine applies committed entries for a Member: the leader's own
+// were applied by its owner when appended; the rest go to the owner.
+type memberMachine struct{ m *Member }
+
+func (mm memberMachine) Apply(index uint64, data []byte) error {
+	m := mm.m
+	first, last, err := m.st.LogIndex(index)
+	if err != nil {
+		return fmt.Errorf("entry %d: %w", index, err)
+	}
+	var tag uint64
+	evs := []event.Event{{Type: event.Marker}}
+	if data != nil {
+		if tag, evs, err = DecodeEntry(data); err != nil {
+			return fmt.Errorf("entry %d: %w", index, err)
+		}
+	}
+	if uint64(len(evs)) != last-first+1 {
+		return fmt.Errorf("entry %d: %d events in log indexes %d to %d", index, len(evs), first, last)
+	}
+	m.durable.Store(last)
+	m.release() // barriers that wait for what came before
+	if len(m.pending) > 0 && data != nil && m.pending[0].entry && m.pending[0].tag == tag && tag == first {
+		// Its own, appended in this term: the owner has it.
+		p := m.pending[0]
+		m.pending = m.pending[1:]
+		fail(p, nil)
+		m.release()
+		return nil
+	}
+	if len(m.pending) > 0 && m.pending[0].entry && first >= m.pending[0].tag {
+		// Another entry where this member's own was to be: its term is
+		// over, whatever it believes.
+		m.fail(ErrNotLeader)
+	}
+	for i := range evs {
+		evs[i].Index = first + uint64(i)
+		evs[i].Term, evs[i].Entry, evs[i].Tag = 0, 0, 0
+	}
+	m.cfg.Owner.Apply(evs)
+	m.release()
+	return nil
+}
+
+func (mm memberMachine) Restore(snap *pb.Snapshot) error {
+	logIndex, state, err := DecodeSnapshot(snap.GetData())
+	if err != nil {
+		return err
+	}
+	mm.m.durable.Store(logIndex)
+	mm.m.cfg.Owner.Restore(logIndex, state)
+	return nil
+}

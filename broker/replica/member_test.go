@@ -1,0 +1,410 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
+)
+
+// TestMembersFailOver runs three members in real time, on entity logs on
+// disk, connected in memory. The leader's owner appends sends; each is
+// acknowledged once committed. The leader is killed (its member closed
+// without a word to the others); a new one is elected and serves; what
+// the old one had acknowledged is there, in the same log indexes, on
+// every member; appends to the dead one fail. The killed member starts
+// again from its directory and catches up. Throughout, every owner sees
+// log indexes only go up, and a follower's owner holds exactly what the
+// log holds.
+func TestMembersFailOver(t *testing.T) {
+	c := newTestCluster(t, 3)
+	defer c.close()
+
+	leader := c.waitLeader(0)
+	acked := c.sends(t, leader, 60)
+	c.kill(leader)
+	next := c.waitLeader(leader)
+	if next == leader {
+		t.Fatalf("member %d still leads after it was killed", leader)
+	}
+	acked = append(acked, c.sends(t, next, 60)...)
+	c.restart(leader)
+	c.waitCaughtUp(next)
+
+	// Every member holds every acknowledged send, at the index its
+	// acknowledgement gave, and all agree on everything committed.
+	want := c.owner(next).snapshot()
+	for id := range uint64(3) {
+		got := c.owner(id + 1).snapshot()
+		if !slices.Equal(got, want) {
+			t.Fatalf("member %d holds %d records, the leader %d; first difference at %d", id+1, len(got), len(want),
+				firstDiff(got, want))
+		}
+		// And its log holds what its owner holds.
+		onDisk := c.fromLog(t, id+1)
+		if len(onDisk) < len(want) || !slices.Equal(onDisk[:len(want)], want) {
+			t.Fatalf("member %d's log differs from its owner's state at %d", id+1, firstDiff(onDisk, want))
+		}
+	}
+	byIndex := map[uint64]string{}
+	for _, r := range want {
+		byIndex[r.index] = r.id
+	}
+	for _, a := range acked {
+		if byIndex[a.index] != a.id {
+			t.Fatalf("acknowledged send %s at log index %d: the log has %q there", a.id, a.index, byIndex[a.index])
+		}
+	}
+	if _, err := c.members[leader-1].Append([]event.Event{{Type: event.Enqueued, MessageID: "late"}}, nil); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("an append to a member that follows: %v", err)
+	}
+}
+
+// TestMembersPartitionedLeader cuts the leader off while its owner has
+// appends in flight. It steps down once it misses a quorum (CheckQuorum):
+// what it had not seen committed fails with ErrNotLeader, and its owner
+// drops what it applied past the commit. The others elect a leader that
+// serves. Once the network heals, the old leader's uncommitted entries
+// are overruled (its log cut back), its owner holds what the group
+// committed, and every acknowledged append is there on every member.
+func TestMembersPartitionedLeader(t *testing.T) {
+	c := newTestCluster(t, 3)
+	defer c.close()
+	old := c.waitLeader(0)
+	acked := c.sends(t, old, 10)
+
+	// Appends in flight, then the cut.
+	m, o := c.members[old-1], c.owner(old)
+	results := make(chan error, 200)
+	var sent []ackedSend
+	for i := range 200 {
+		if i == 50 {
+			// The first 50 are committed before the cut.
+			for range 50 {
+				if err := <-results; err != nil {
+					t.Fatalf("append before the cut: %v", err)
+				}
+			}
+			acked = append(acked, sent...)
+			sent = nil
+			c.isolate(old, true)
+		}
+		msgID := fmt.Sprintf("p%d", i)
+		evs := []event.Event{{Type: event.Enqueued, MessageID: msgID}}
+		o.mu.Lock()
+		first, err := m.Append(evs, func(err error) { results <- err })
+		if err == nil {
+			o.add(evs)
+		}
+		o.mu.Unlock()
+		if err != nil {
+			if !errors.Is(err, ErrNotLeader) {
+				t.Fatal(err)
+			}
+			break // stepped down
+		}
+		sent = append(sent, ackedSend{first, msgID})
+	}
+	failed := 0
+	for i := range sent {
+		select {
+		case err := <-results:
+			if err == nil {
+				acked = append(acked, sent[i]) // acknowledged in order
+			} else if errors.Is(err, ErrNotLeader) {
+				failed++
+			} else {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("append %d of %d has no answer", i, len(sent))
+		}
+	}
+	if failed == 0 {
+		t.Fatalf("all %d appends after the cut were acknowledged by a leader cut off", len(sent))
+	}
+	next := c.waitLeader(old)
+	acked = append(acked, c.sends(t, next, 20)...)
+	c.isolate(old, false)
+	c.waitCaughtUp(next)
+
+	want := c.owner(next).snapshot()
+	for id := range uint64(3) {
+		if got := c.owner(id + 1).snapshot(); !slices.Equal(got, want) {
+			t.Fatalf("member %d holds %d records, the leader %d; first difference at %d", id+1, len(got), len(want),
+				firstDiff(got, want))
+		}
+		if onDisk := c.fromLog(t, id+1); !slices.Equal(onDisk, want) {
+			t.Fatalf("member %d's log (%d records) differs from the leader's state (%d) at %d", id+1, len(onDisk), len(want),
+				firstDiff(onDisk, want))
+		}
+	}
+	byIndex := map[uint64]string{}
+	for _, r := range want {
+		byIndex[r.index] = r.id
+	}
+	for _, a := range acked {
+		if byIndex[a.index] != a.id {
+			t.Fatalf("acknowledged append %s at log index %d: the log has %q there", a.id, a.index, byIndex[a.index])
+		}
+	}
+	t.Logf("%d acknowledged, %d failed when the leader was cut off", len(acked), failed)
+}
+
+type rec struct {
+	index uint64
+	typ   event.Type
+	id    string
+}
+
+type ackedSend struct {
+	index uint64
+	id    string
+}
+
+func firstDiff(a, b []rec) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// testOwner stands for an entity's actor: it keeps the records it applied
+// or appended, in log order.
+type testOwner struct {
+	t    *testing.T
+	mu   sync.Mutex
+	recs []rec
+	lead chan uint64
+}
+
+func (o *testOwner) add(evs []event.Event) {
+	for _, ev := range evs {
+		if n := len(o.recs); n > 0 && ev.Index <= o.recs[n-1].index {
+			o.t.Errorf("index %d after %d", ev.Index, o.recs[n-1].index)
+		}
+		o.recs = append(o.recs, rec{ev.Index, ev.Type, ev.MessageID})
+	}
+}
+
+func (o *testOwner) Apply(evs []event.Event) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.add(evs)
+}
+
+func (o *testOwner) Restore(uint64, []byte) { o.t.Error("no snapshot is taken here") }
+
+func (o *testOwner) Lead(term, next uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if n := len(o.recs); n > 0 && next != o.recs[n-1].index+1 {
+		o.t.Errorf("leads from %d after %d", next, o.recs[n-1].index)
+	}
+	select {
+	case o.lead <- term:
+	default:
+	}
+}
+
+// StepDown: what was applied past committed may be gone.
+func (o *testOwner) StepDown(committed uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.recs) > 0 && o.recs[len(o.recs)-1].index > committed {
+		o.recs = o.recs[:len(o.recs)-1]
+	}
+}
+
+func (o *testOwner) snapshot() []rec {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.recs)
+}
+
+type testCluster struct {
+	t       *testing.T
+	dirs    []string
+	mu      sync.Mutex
+	members []*Member
+	owners  []*testOwner
+	down    map[uint64]bool
+	cut     map[uint64]bool
+}
+
+func newTestCluster(t *testing.T, n int) *testCluster {
+	c := &testCluster{t: t, down: map[uint64]bool{}, cut: map[uint64]bool{}}
+	for i := range n {
+		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprint(i+1)))
+		c.members = append(c.members, nil)
+		c.owners = append(c.owners, nil)
+	}
+	for id := range uint64(n) {
+		c.start(id + 1)
+	}
+	return c
+}
+
+func (c *testCluster) peers() []uint64 {
+	var out []uint64
+	for i := range c.dirs {
+		out = append(out, uint64(i+1))
+	}
+	return out
+}
+
+func (c *testCluster) start(id uint64) {
+	o := &testOwner{t: c.t, lead: make(chan uint64, 1)}
+	m, err := OpenMember(MemberConfig{Config: Config{ID: id, Peers: c.peers(), ElectionTicks: 10, HeartbeatTicks: 1},
+		Dir: c.dirs[id-1], Log: log.Options{Sync: log.SyncAlways}, Tick: 10 * time.Millisecond,
+		Send: c.send, Owner: o})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.members[id-1], c.owners[id-1] = m, o
+	delete(c.down, id)
+	c.mu.Unlock()
+}
+
+// isolate cuts member id off from the others, or heals it.
+func (c *testCluster) isolate(id uint64, cut bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut[id] = cut
+}
+
+// send delivers a copy of msg to its member, unless that one is down or
+// either end is cut off.
+func (c *testCluster) send(msg *pb.Message) {
+	c.mu.Lock()
+	m := c.members[msg.GetTo()-1]
+	down := c.down[msg.GetTo()] || c.down[msg.GetFrom()] || c.cut[msg.GetTo()] || c.cut[msg.GetFrom()]
+	c.mu.Unlock()
+	if m != nil && !down {
+		m.Step(proto.Clone(msg).(*pb.Message))
+	}
+}
+
+func (c *testCluster) owner(id uint64) *testOwner {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.owners[id-1]
+}
+
+// waitLeader waits for a member other than not to serve as leader.
+func (c *testCluster) waitLeader(not uint64) uint64 {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, m := range c.members {
+			id := uint64(i + 1)
+			if id == not || c.down[id] {
+				continue
+			}
+			if ok, _ := m.Leading(); ok {
+				return id
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.t.Fatal("no member leads")
+	return 0
+}
+
+// sends appends n sends on the leader, as its owner does (the events
+// applied at once), and waits for each acknowledgement.
+func (c *testCluster) sends(t *testing.T, id uint64, n int) []ackedSend {
+	m, o := c.members[id-1], c.owner(id)
+	var out []ackedSend
+	for i := range n {
+		msgID := fmt.Sprintf("m%d-%d", id, i)
+		evs := []event.Event{{Type: event.Enqueued, MessageID: msgID, Message: []byte("body")}}
+		done := make(chan error, 1)
+		o.mu.Lock()
+		first, err := m.Append(evs, func(err error) { done <- err })
+		if err == nil {
+			o.add(evs)
+		}
+		o.mu.Unlock()
+		if err != nil {
+			t.Fatalf("append %s on the leader %d: %v", msgID, id, err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("send %s: %v", msgID, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("send %s was never acknowledged", msgID)
+		}
+		if m.DurableIndex() < first {
+			t.Fatalf("send %s at %d acknowledged with the durable index at %d", msgID, first, m.DurableIndex())
+		}
+		out = append(out, ackedSend{first, msgID})
+	}
+	return out
+}
+
+// kill closes member id's member as kill -9 would leave it: the others
+// hear nothing more from it.
+func (c *testCluster) kill(id uint64) {
+	c.mu.Lock()
+	c.down[id] = true
+	m := c.members[id-1]
+	c.mu.Unlock()
+	if err := m.Close(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *testCluster) restart(id uint64) { c.start(id) }
+
+// waitCaughtUp waits until every member applied what the leader did.
+func (c *testCluster) waitCaughtUp(leader uint64) {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		want := c.members[leader-1].DurableIndex()
+		ok := true
+		for _, m := range c.members {
+			ok = ok && m.DurableIndex() == want
+		}
+		if ok {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.t.Fatal("the members did not catch up")
+}
+
+// fromLog reads member id's entity log as its owner would after a
+// restart: every record, markers included, Raft's fields dropped.
+func (c *testCluster) fromLog(t *testing.T, id uint64) []rec {
+	var out []rec
+	err := c.members[id-1].Log().Scan(0, func(ev *event.Event) error {
+		out = append(out, rec{ev.Index, ev.Type, ev.MessageID})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (c *testCluster) close() {
+	for i, m := range c.members {
+		if !c.down[uint64(i+1)] {
+			m.Close()
+		}
+	}
+}
