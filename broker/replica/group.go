@@ -75,7 +75,15 @@ type Group struct {
 	sm      StateMachine
 	applied uint64
 	conf    *pb.ConfState // the membership as of applied
-	err     error         // sticky: after a failed persist or apply the member stops
+	// confs are the memberships applied since the start, each with the
+	// index it took effect at, for snapshots at earlier indexes.
+	confs []confAt
+	err   error // sticky: after a failed persist or apply the member stops
+}
+
+type confAt struct {
+	index uint64
+	conf  *pb.ConfState
 }
 
 // ErrStopped is what a stopped Group answers; Err says why it stopped.
@@ -134,7 +142,9 @@ func New(cfg Config, storage Storage, sm StateMachine, applied uint64) (*Group, 
 			return nil, fmt.Errorf("replica: bootstrap: %w", err)
 		}
 	}
-	return &Group{id: cfg.ID, node: node, storage: storage, sm: sm, applied: applied, conf: conf}, nil
+	g := &Group{id: cfg.ID, node: node, storage: storage, sm: sm, applied: applied, conf: conf}
+	g.confs = []confAt{{index: applied, conf: conf}}
+	return g, nil
 }
 
 // Tick advances Raft's clock by one tick.
@@ -201,6 +211,18 @@ func (g *Group) Applied() uint64 { return g.applied }
 // a snapshot taken there.
 func (g *Group) ConfState() *pb.ConfState { return g.conf }
 
+// ConfStateAt is the group's membership as of index, which must be at
+// or below the last applied and after the member's start: a snapshot at
+// index carries it.
+func (g *Group) ConfStateAt(index uint64) (*pb.ConfState, error) {
+	for i := len(g.confs) - 1; i >= 0; i-- {
+		if g.confs[i].index <= index {
+			return g.confs[i].conf, nil
+		}
+	}
+	return nil, fmt.Errorf("replica %d: no membership known at %d (from %d on)", g.id, index, g.confs[0].index)
+}
+
 // Err is why the member stopped, nil while it runs.
 func (g *Group) Err() error { return g.err }
 
@@ -261,6 +283,7 @@ func (g *Group) persist(rd *raft.Ready) error {
 		}
 		g.applied = rd.Snapshot.GetMetadata().GetIndex()
 		g.conf = rd.Snapshot.GetMetadata().GetConfState()
+		g.confs = []confAt{{index: g.applied, conf: g.conf}}
 	}
 	return nil
 }
@@ -287,12 +310,14 @@ func (g *Group) apply(e *pb.Entry) error {
 			return fmt.Errorf("replica %d: configuration change %d: %w", g.id, index, err)
 		}
 		g.conf = g.node.ApplyConfChange(&cc)
+		g.confs = append(g.confs, confAt{index: index, conf: g.conf})
 	case pb.EntryType_EntryConfChangeV2:
 		var cc pb.ConfChangeV2
 		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 			return fmt.Errorf("replica %d: configuration change %d: %w", g.id, index, err)
 		}
 		g.conf = g.node.ApplyConfChange(&cc)
+		g.confs = append(g.confs, confAt{index: index, conf: g.conf})
 	}
 	g.applied = index
 	return nil

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"sort"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -489,6 +490,16 @@ func (s *LogStorage) CreateSnapshot(index uint64, cs *pb.ConfState, data []byte)
 	s.snap, s.snapLog = snap, logIndex
 	_, err = s.log.TruncateFront(logIndex + 1)
 	return err
+}
+
+// EntryEnding is the entry whose records end at log index logIndex, if
+// one does and the storage still holds it.
+func (s *LogStorage) EntryEnding(logIndex uint64) (uint64, bool) {
+	i := sort.Search(len(s.ents), func(i int) bool { return s.ents[i].end() >= logIndex })
+	if i < len(s.ents) && s.ents[i].end() == logIndex {
+		return s.ents[i].index, true
+	}
+	return 0, false
 }
 
 // Close closes the log.

@@ -34,6 +34,7 @@ type Member struct {
 	st    *LogStorage
 	inbox chan *pb.Message
 	props chan *proposal
+	calls chan func()
 	quit  chan struct{}
 	done  chan struct{}
 
@@ -111,7 +112,7 @@ func OpenMember(cfg MemberConfig) (*Member, error) {
 		return nil, err
 	}
 	m := &Member{cfg: cfg, st: st, inbox: make(chan *pb.Message, 1024), props: make(chan *proposal, 1024),
-		quit: make(chan struct{}), done: make(chan struct{}), err: ErrNotLeader}
+		calls: make(chan func()), quit: make(chan struct{}), done: make(chan struct{}), err: ErrNotLeader}
 	snap, _ := st.Snapshot()
 	applied := snap.GetMetadata().GetIndex()
 	if applied > 0 {
@@ -191,6 +192,36 @@ func (m *Member) Append(evs []event.Event, done func(error)) (uint64, error) {
 // AppendLazy is Append with nobody waiting for the commit.
 func (m *Member) AppendLazy(evs []event.Event) (uint64, error) { return m.Append(evs, nil) }
 
+// Compact makes state, the owner's state as of log index logIndex, the
+// member's snapshot, and drops the log in front of it: a member far
+// behind then catches up from the snapshot (Owner.Restore). logIndex
+// must end an entry the member committed and applied.
+func (m *Member) Compact(logIndex uint64, state []byte) error {
+	res := make(chan error, 1)
+	call := func() {
+		index, ok := m.st.EntryEnding(logIndex)
+		switch {
+		case !ok:
+			res <- fmt.Errorf("replica %d: no entry to snapshot ends at log index %d", m.cfg.ID, logIndex)
+			return
+		case index > m.g.Applied():
+			res <- fmt.Errorf("replica %d: entry %d is not applied yet (%d is)", m.cfg.ID, index, m.g.Applied())
+			return
+		}
+		cs, err := m.g.ConfStateAt(index)
+		if err == nil {
+			err = m.st.CreateSnapshot(index, cs, EncodeSnapshot(logIndex, state))
+		}
+		res <- err
+	}
+	select {
+	case m.calls <- call:
+		return <-res
+	case <-m.done:
+		return ErrStopped
+	}
+}
+
 // Log is the entity log under the member, for reading records back.
 func (m *Member) Log() *log.Log { return m.st.Log() }
 
@@ -219,6 +250,8 @@ func (m *Member) run() {
 			return
 		case <-tick.C:
 			m.g.Tick()
+		case call := <-m.calls:
+			call()
 		case msg := <-m.inbox:
 			if err := m.g.Step(msg); err != nil && !errors.Is(err, ErrStopped) {
 				m.cfg.Logger.Warningf("replica %d: step %s: %v", m.cfg.ID, msg.GetType(), err)

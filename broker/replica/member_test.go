@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -160,6 +161,61 @@ func TestMembersPartitionedLeader(t *testing.T) {
 	t.Logf("%d acknowledged, %d failed when the leader was cut off", len(acked), failed)
 }
 
+// TestMembersSnapshot: the leader snapshots its owner's state and drops
+// its log in front of it, so a follower that was down catches up from
+// the snapshot (its owner restores it, its log is reset to go on after
+// it); a member restarted after that starts from its snapshot. Every
+// owner ends with the same state.
+func TestMembersSnapshot(t *testing.T) {
+	c := newTestCluster(t, 3)
+	defer c.close()
+	leader := c.waitLeader(0)
+	follower := leader%3 + 1
+	c.kill(follower)
+	acked := c.sends(t, leader, 100)
+	at := acked[len(acked)-1].index
+	if err := c.members[leader-1].Compact(at, encodeRecs(c.owner(leader).snapshot(), at)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.members[leader-1].Compact(at-1, nil); err == nil {
+		t.Fatal("a snapshot inside an entry, or behind the last, was taken")
+	}
+	acked = append(acked, c.sends(t, leader, 10)...)
+	c.restart(follower)
+	c.waitCaughtUp(leader)
+	if n := c.owner(follower).restored(); n != 1 {
+		t.Fatalf("the follower restored %d snapshots, want 1", n)
+	}
+	if first := c.fromLog(t, follower)[0].index; first != at+1 {
+		t.Fatalf("the follower's log begins at %d, want %d: after the snapshot", first, at+1)
+	}
+	// The leader restarts on its snapshot and the log after it.
+	c.kill(leader)
+	next := c.waitLeader(leader)
+	acked = append(acked, c.sends(t, next, 10)...)
+	c.restart(leader)
+	c.waitCaughtUp(next)
+	if n := c.owner(leader).restored(); n != 1 {
+		t.Fatalf("the restarted leader restored %d snapshots, want 1", n)
+	}
+	want := c.owner(next).snapshot()
+	for id := range uint64(3) {
+		if got := c.owner(id + 1).snapshot(); !slices.Equal(got, want) {
+			t.Fatalf("member %d holds %d records, the leader %d; first difference at %d", id+1, len(got), len(want),
+				firstDiff(got, want))
+		}
+	}
+	byIndex := map[uint64]string{}
+	for _, r := range want {
+		byIndex[r.index] = r.id
+	}
+	for _, a := range acked {
+		if byIndex[a.index] != a.id {
+			t.Fatalf("acknowledged send %s at log index %d: the state has %q there", a.id, a.index, byIndex[a.index])
+		}
+	}
+}
+
 type rec struct {
 	index uint64
 	typ   event.Type
@@ -183,10 +239,11 @@ func firstDiff(a, b []rec) int {
 // testOwner stands for an entity's actor: it keeps the records it applied
 // or appended, in log order.
 type testOwner struct {
-	t    *testing.T
-	mu   sync.Mutex
-	recs []rec
-	lead chan uint64
+	t        *testing.T
+	mu       sync.Mutex
+	recs     []rec
+	lead     chan uint64
+	restores int
 }
 
 func (o *testOwner) add(evs []event.Event) {
@@ -204,7 +261,45 @@ func (o *testOwner) Apply(evs []event.Event) {
 	o.add(evs)
 }
 
-func (o *testOwner) Restore(uint64, []byte) { o.t.Error("no snapshot is taken here") }
+// Restore takes the state encodeRecs made.
+func (o *testOwner) Restore(logIndex uint64, state []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.recs = nil
+	for _, line := range strings.Split(string(state), "\n") {
+		var r rec
+		var typ int
+		if line == "" {
+			continue
+		}
+		if _, err := fmt.Sscanf(line, "%d %d %s", &r.index, &typ, &r.id); err != nil {
+			o.t.Errorf("snapshot line %q: %v", line, err)
+		}
+		r.typ, r.id = event.Type(typ), strings.TrimPrefix(r.id, "=")
+		o.recs = append(o.recs, r)
+	}
+	if n := len(o.recs); n > 0 && o.recs[n-1].index != logIndex {
+		o.t.Errorf("a snapshot at %d ends at %d", logIndex, o.recs[n-1].index)
+	}
+	o.restores++
+}
+
+func (o *testOwner) restored() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.restores
+}
+
+// encodeRecs is an owner's state as of log index upTo, for a snapshot.
+func encodeRecs(recs []rec, upTo uint64) []byte {
+	var b []byte
+	for _, r := range recs {
+		if r.index <= upTo {
+			b = fmt.Appendf(b, "%d %d =%s\n", r.index, r.typ, r.id)
+		}
+	}
+	return b
+}
 
 func (o *testOwner) Lead(term, next uint64) {
 	o.mu.Lock()
@@ -267,7 +362,7 @@ func (c *testCluster) peers() []uint64 {
 func (c *testCluster) start(id uint64) {
 	o := &testOwner{t: c.t, lead: make(chan uint64, 1)}
 	m, err := OpenMember(MemberConfig{Config: Config{ID: id, Peers: c.peers(), ElectionTicks: 10, HeartbeatTicks: 1},
-		Dir: c.dirs[id-1], Log: log.Options{Sync: log.SyncAlways}, Tick: 10 * time.Millisecond,
+		Dir: c.dirs[id-1], Log: log.Options{Sync: log.SyncAlways, SegmentSize: 4096}, Tick: 10 * time.Millisecond,
 		Send: c.send, Owner: o})
 	if err != nil {
 		c.t.Fatal(err)
