@@ -154,7 +154,9 @@ func classify(err error) (condition string, status int32) {
 		return condNotAllowed, 400
 	case errors.Is(err, broker.ErrInvalid):
 		return condInvalidField, 400
-	case errors.Is(err, broker.ErrClosed):
+	case errors.Is(err, broker.ErrClosed), errors.Is(err, broker.ErrNotLeader):
+		// The SDKs retry server-busy: on a cluster's follower, until the
+		// front end's proxy takes the operation to the leader.
 		return condServerBusy, 503
 	case isDiskFull(err):
 		return condResourceLimit, 503

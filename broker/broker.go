@@ -86,6 +86,9 @@ type Options struct {
 	MemoryBudget int64
 	// Seed, if not 0, makes lock tokens reproducible (tests only).
 	Seed uint64
+	// Cluster, if set, makes each entity's log its member of the entity's
+	// Raft group (cluster.go, docs/cluster.md).
+	Cluster *Cluster
 	// OnCommit, if set, is told about every group commit of every entity
 	// log (metrics). It runs on the log's writer goroutine.
 	OnCommit func(entity string, s log.CommitStats)
@@ -432,7 +435,10 @@ func (b *Broker) openEntity(name string, id uint64, cfg projection.Config) (*Ent
 	}
 	st := e.st
 	e.start()
-	if !st.Created() {
+	if b.opts.Cluster != nil {
+		// The group's leader records the creation, once one leads.
+		e.raft.cfg = &cfg
+	} else if !st.Created() {
 		if err := e.configure(cfg); err != nil {
 			e.close(false)
 			return nil, rec, err

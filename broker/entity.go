@@ -30,10 +30,10 @@ type Entity struct {
 	name string
 	id   uint64
 	dir  string
-	log  *log.Log
+	log  entityLog
 	// logRef is log for readers off the actor (Bytes); the actor swaps
 	// log when it recovers.
-	logRef atomic.Pointer[log.Log]
+	logRef atomic.Pointer[entityLog]
 	// arcBytes is the size of archives, for the same readers.
 	arcBytes atomic.Int64
 	// created and updated are when the namespace recorded the entity and
@@ -82,6 +82,27 @@ type Entity struct {
 	closeOnce sync.Once
 
 	bracket log.Bracket // never nil
+
+	// In a cluster (Options.Cluster): what the entity's group member
+	// told the actor, and whether it leads. See cluster.go.
+	raft raftState
+}
+
+// entityLog is what the actor needs of its log: a *log.Log on a single
+// node, a group member's (memberLog) in a cluster.
+type entityLog interface {
+	Append(evs []event.Event, done func(error)) (uint64, error)
+	AppendLazy(evs []event.Event) (uint64, error)
+	DurableIndex() uint64
+	Err() error
+	FirstIndex() uint64
+	LastIndex() uint64
+	Scan(from uint64, fn func(*event.Event) error) error
+	Bytes() int64
+	ReadAhead(index uint64, pos event.Position, w *log.Window) (event.Event, error)
+	Reclaimable(upTo uint64) int64
+	TruncateFront(upTo uint64) (uint64, error)
+	Close() error
 }
 
 // noBracket is the bracket of a broker without Options.NewBracket.
@@ -188,6 +209,7 @@ func (e *Entity) run() {
 		case <-e.wake:
 			e.bracket.Open()
 			e.durable = e.log.DurableIndex()
+			e.raftTold()
 		case <-e.quit:
 			e.stop()
 			return
@@ -206,7 +228,9 @@ func (e *Entity) settleDown() {
 		// log even if nothing else is written.
 		e.fail(err)
 	}
-	if e.failed == nil {
+	if e.failed == nil && e.following() {
+		e.durable = e.log.DurableIndex()
+	} else if e.failed == nil {
 		e.durable = e.log.DurableIndex()
 		e.trimCache()
 		e.retryWaiters()
@@ -236,6 +260,9 @@ func (e *Entity) now() int64 {
 func (e *Entity) check() error {
 	if e.failed != nil {
 		return e.failed
+	}
+	if e.following() {
+		return ErrNotLeader
 	}
 	return nil
 }
@@ -351,8 +378,13 @@ func (e *Entity) trackCache(ev *event.Event) {
 func (e *Entity) fail(err error) {
 	if e.failed == nil {
 		e.failed = fmt.Errorf("entity %s: %w", e.name, err)
-		e.b.logger.Error("entity failed; reopening it", "entity", e.name, "err", err)
-		e.b.writeFailed(err)
+		if errors.Is(err, ErrNotLeader) {
+			// Its member lost its term: not a failure of the disk.
+			e.b.logger.Info("entity steps down; reopening it", "entity", e.name, "why", err)
+		} else {
+			e.b.logger.Error("entity failed; reopening it", "entity", e.name, "err", err)
+			e.b.writeFailed(err)
+		}
 		for r := range e.receivers {
 			r.fail(e.failed)
 		}
@@ -458,6 +490,9 @@ func (e *Entity) tick() {
 // goroutine.
 func (e *Entity) maybeSnapshot() {
 	o := e.b.opts
+	if o.Cluster != nil {
+		return // in a cluster, not yet: a snapshot is to become the member's (docs/cluster.md)
+	}
 	if e.snap.running || e.snap.sinceLast < o.SnapshotEvery && e.log.Bytes()-e.snap.bytesAt < o.SnapshotBytes {
 		return
 	}
@@ -513,9 +548,9 @@ func (e *Entity) startSnapshot(then func(error)) {
 		}
 		var comp *compaction
 		again := false
-		if err == nil {
+		if ll, local := l.(*log.Log); err == nil && local { // a member's log is not compacted yet
 			var cerr error
-			comp, again, cerr = planCompaction(l, e.dir, frozen, index, archives, e.b.opts.CompactBytes)
+			comp, again, cerr = planCompaction(ll, e.dir, frozen, index, archives, e.b.opts.CompactBytes)
 			if cerr != nil {
 				e.b.logger.Warn("compaction failed", "entity", e.name, "err", cerr)
 			}
@@ -555,7 +590,7 @@ func (e *Entity) startSnapshot(then func(error)) {
 // sequence keeps one under way from its first round to its last.
 func (e *Entity) armIdle() {
 	last := e.st.LastIndex()
-	if e.b.opts.IdleCheckpoint < 0 || e.idle.timer != nil || e.snap.running || last == e.idle.doneAt {
+	if e.b.opts.IdleCheckpoint < 0 || e.b.opts.Cluster != nil || e.idle.timer != nil || e.snap.running || last == e.idle.doneAt {
 		return
 	}
 	e.idle.armedAt = last
@@ -620,7 +655,7 @@ const keepSnapshots = 2
 
 // truncate drops log segments that neither the state (firstNeeded) nor the
 // replay from the oldest kept snapshot needs.
-func truncate(l *log.Log, dir string, firstNeeded uint64) error {
+func truncate(l entityLog, dir string, firstNeeded uint64) error {
 	infos, err := snapshot.List(dir)
 	if err != nil || len(infos) < keepSnapshots {
 		return err
@@ -658,7 +693,7 @@ func (e *Entity) close(graceful bool) error {
 // (Options.FinalSnapshotMin).
 func (e *Entity) finalSnapshot(done chan<- error) {
 	switch {
-	case e.failed != nil:
+	case e.failed != nil || e.b.opts.Cluster != nil:
 		done <- nil
 	case e.snap.running:
 		e.snap.after = append(e.snap.after, func() { e.finalSnapshot(done) })

@@ -524,4 +524,4 @@ func (e *Entity) Times() (created, updated time.Time) {
 }
 
 // Bytes is the size of the entity's log and archives on disk.
-func (e *Entity) Bytes() int64 { return e.logRef.Load().Bytes() + e.arcBytes.Load() }
+func (e *Entity) Bytes() int64 { return (*e.logRef.Load()).Bytes() + e.arcBytes.Load() }

@@ -14,6 +14,9 @@ import (
 // state and durable index; rec reports what it did.
 func (e *Entity) load(rec *EntityRecovery) error {
 	b := e.b
+	if b.opts.Cluster != nil {
+		return e.loadMember()
+	}
 	wake := func() {
 		select {
 		case e.wake <- struct{}{}:
@@ -67,7 +70,8 @@ func (e *Entity) load(rec *EntityRecovery) error {
 	e.closeArchives()
 	e.setArchives(archives)
 	e.log, e.st = l, st
-	e.logRef.Store(l)
+	var el entityLog = l
+	e.logRef.Store(&el)
 	e.window = log.Window{} // a repair may have cut what it holds
 	cfg := st.Config()
 	e.cfg.Store(&cfg)
@@ -98,7 +102,10 @@ func (e *Entity) recover(lastDelay time.Duration) {
 		return
 	}
 	e.log.Close() // its sticky error is the reason we are here
-	if e.recoverTo == 0 {
+	if e.recoverTo == 0 && e.b.opts.Cluster == nil {
+		// A member's log keeps what it has: Raft's followers must not
+		// lose what they acknowledged, and nothing past the commit
+		// reaches the state.
 		e.recoverTo = e.log.DurableIndex()
 	}
 	var rec EntityRecovery

@@ -47,6 +47,7 @@ type Member struct {
 	term    uint64 // the term it leads in
 	next    uint64 // the log index the next event appended gets
 	err     error  // why appends are refused (nil while leading)
+	stopErr error  // the storage's failure that stopped the member
 
 	// Driver goroutine only.
 	pending  []*proposal // appended, not yet committed, in log order
@@ -75,6 +76,9 @@ type MemberConfig struct {
 	// Owner hears what happens, on the member's goroutine: it must not
 	// block or call the member's methods other than DurableIndex.
 	Owner Owner
+	// OnCommit, if set, is called on the member's goroutine when
+	// DurableIndex moves. It must not block.
+	OnCommit func()
 }
 
 // Owner is what a Member tells the entity's actor.
@@ -139,6 +143,13 @@ func (m *Member) Step(msg *pb.Message) {
 	case m.inbox <- msg:
 	default:
 	}
+}
+
+// Err is why the member stopped (its storage failed), nil while it runs.
+func (m *Member) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stopErr
 }
 
 // Leading reports whether the member leads and serves, and its term.
@@ -275,7 +286,11 @@ func (m *Member) run() {
 			if err != nil {
 				// The storage failed: the member stops, as an entity
 				// whose log failed does, and is opened again.
-				m.fail(fmt.Errorf("replica %d: %w", m.cfg.ID, err))
+				err = fmt.Errorf("replica %d: %w", m.cfg.ID, err)
+				m.mu.Lock()
+				m.stopErr = err
+				m.mu.Unlock()
+				m.fail(err)
 				<-m.quit
 				m.closeErr = m.st.Close()
 				return
@@ -410,6 +425,9 @@ func (mm memberMachine) Apply(index uint64, data []byte) error {
 		return fmt.Errorf("entry %d: %d events in log indexes %d to %d", index, len(evs), first, last)
 	}
 	m.durable.Store(last)
+	if m.cfg.OnCommit != nil {
+		m.cfg.OnCommit()
+	}
 	m.release() // barriers that wait for what came before
 	if len(m.pending) > 0 && data != nil && m.pending[0].entry && m.pending[0].tag == tag && tag == first {
 		// Its own, appended in this term: the owner has it.

@@ -1,0 +1,233 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/walbus/walbus/broker/layout"
+	"github.com/walbus/walbus/broker/replica"
+	"github.com/walbus/walbus/log"
+	"github.com/walbus/walbus/log/event"
+	"github.com/walbus/walbus/projection"
+)
+
+// Cluster makes a broker one node of a cluster (docs/cluster.md): each
+// entity's log is its member of the entity's Raft group
+// (replica.Member), and the entity's actor serves on the member that
+// leads. Until the metadata group places entities, every node holds every
+// entity and the nodes must create them alike: an entity's group is its
+// id in the namespace.
+type Cluster struct {
+	ID    uint64   // this node, not 0
+	Peers []uint64 // every node, this one included
+	// Send hands a message for an entity's group to the peer transport.
+	// It must not block.
+	Send func(group uint64, m *pb.Message)
+	// Tick is Raft's tick (100 ms if 0); an election takes 10 of them.
+	Tick time.Duration
+}
+
+// ErrNotLeader refuses an operation on an entity this node does not lead
+// in a cluster: the client tries again, on the leader's node.
+var ErrNotLeader = errors.New("this node does not lead the entity")
+
+// Step hands the broker a message from a peer for an entity's group. A
+// message for an entity it does not hold is dropped: Raft sends again.
+func (b *Broker) Step(group uint64, m *pb.Message) {
+	b.mu.RLock()
+	var e *Entity
+	for _, x := range b.entities {
+		if x.id == group {
+			e = x
+			break
+		}
+	}
+	b.mu.RUnlock()
+	if e == nil {
+		return
+	}
+	if l, ok := (*e.logRef.Load()).(memberLog); ok {
+		l.Step(m)
+	}
+}
+
+// Leading reports whether this node leads the entity (always, on a
+// single node).
+func (e *Entity) Leading() bool {
+	ok, _ := call(e, func(e *Entity) (bool, error) { return !e.following(), nil })
+	return ok
+}
+
+// raftState is what an entity's actor knows of its group member.
+type raftState struct {
+	gen     uint64 // which member the inbox's items came from
+	leading bool
+	cfg     *projection.Config // the entity's config, for its leader to record when none is
+	mu      sync.Mutex
+	inbox   []raftItem // what the member told, for the actor
+}
+
+type raftItem struct {
+	gen uint64
+	f   func(*Entity)
+}
+
+// following reports whether the entity is in a cluster and does not lead.
+func (e *Entity) following() bool { return e.b.opts.Cluster != nil && !e.raft.leading }
+
+// memberLog is a group member as the actor's log: appends and the
+// watermark are the member's, reads are its entity log's.
+type memberLog struct{ *replica.Member }
+
+func (l memberLog) FirstIndex() uint64 { return l.Log().FirstIndex() }
+func (l memberLog) LastIndex() uint64  { return l.Log().LastIndex() }
+func (l memberLog) Scan(from uint64, fn func(*event.Event) error) error {
+	return l.Log().Scan(from, fn)
+}
+func (l memberLog) Bytes() int64 { return l.Log().Bytes() }
+func (l memberLog) ReadAhead(index uint64, pos event.Position, w *log.Window) (event.Event, error) {
+	return l.Log().ReadAhead(index, pos, w)
+}
+
+// Reclaimable and TruncateFront: a member's log is cut by its snapshots,
+// which are not taken yet (docs/cluster.md).
+func (l memberLog) Reclaimable(uint64) int64 { return 0 }
+func (l memberLog) TruncateFront(uint64) (uint64, error) {
+	return l.Log().FirstIndex(), nil
+}
+
+// loadMember opens the entity's member. Its state comes from the member:
+// every committed entry is applied again (Owner.Apply), from the Raft
+// snapshot if there is one.
+func (e *Entity) loadMember() error {
+	b, c := e.b, e.b.opts.Cluster
+	e.raft.gen++
+	e.raft.leading = false
+	e.st = projection.New()
+	owner := &entityOwner{e: e, gen: e.raft.gen}
+	wake := func() {
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+	}
+	opts := b.logOptions(e.name, nil, func(error) { wake() }, e.bracket)
+	m, err := replica.OpenMember(replica.MemberConfig{
+		Config: replica.Config{ID: c.ID, Peers: c.Peers},
+		Dir:    e.dir, Log: opts, Tick: c.Tick,
+		Send:     func(m *pb.Message) { c.Send(e.id, m) },
+		Owner:    owner,
+		OnCommit: wake,
+	})
+	if err != nil {
+		return fmt.Errorf("entity %s: %w", e.name, err)
+	}
+	if layout.LogDir(e.dir) != m.Log().Dir() {
+		m.Close()
+		return fmt.Errorf("entity %s: its member's log is in %s, not %s", e.name, m.Log().Dir(), layout.LogDir(e.dir))
+	}
+	l := memberLog{m}
+	e.log = l
+	var el entityLog = l
+	e.logRef.Store(&el)
+	e.window = log.Window{}
+	cfg := e.st.Config()
+	e.cfg.Store(&cfg)
+	e.fwd = forwarders{gen: e.fwd.gen}
+	e.durable = m.DurableIndex()
+	return nil
+}
+
+// raftTold runs what the member told, in order, on the actor.
+func (e *Entity) raftTold() {
+	e.raft.mu.Lock()
+	items := e.raft.inbox
+	e.raft.inbox = nil
+	e.raft.mu.Unlock()
+	for _, it := range items {
+		if it.gen == e.raft.gen && e.failed == nil {
+			it.f(e)
+		}
+	}
+}
+
+// entityOwner is the entity's actor as its member's Owner: it queues
+// what the member says and wakes the actor, never blocking the member.
+type entityOwner struct {
+	e   *Entity
+	gen uint64
+}
+
+func (o *entityOwner) tell(f func(*Entity)) {
+	e := o.e
+	e.raft.mu.Lock()
+	e.raft.inbox = append(e.raft.inbox, raftItem{gen: o.gen, f: f})
+	e.raft.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (o *entityOwner) Apply(evs []event.Event) {
+	o.tell(func(e *Entity) { e.applyCommitted(evs) })
+}
+
+func (o *entityOwner) Restore(logIndex uint64, state []byte) {
+	o.tell(func(e *Entity) {
+		st, err := projection.Decode(state)
+		if err == nil && st.LastIndex() != logIndex {
+			err = fmt.Errorf("a snapshot at log index %d holds a state at %d", logIndex, st.LastIndex())
+		}
+		if err != nil {
+			e.fail(fmt.Errorf("restore the leader's snapshot: %w", err))
+			return
+		}
+		e.st = st
+		e.cache = newBodyCache(e.b.opts.CacheBytes)
+		cfg := st.Config()
+		e.cfg.Store(&cfg)
+	})
+}
+
+func (o *entityOwner) Lead(term, next uint64) {
+	o.tell(func(e *Entity) {
+		if next != e.st.LastIndex()+1 {
+			e.fail(fmt.Errorf("leads from log index %d with its state at %d", next, e.st.LastIndex()))
+			return
+		}
+		e.raft.leading = true
+		e.b.logger.Info("entity leads", "entity", e.name, "term", term)
+		if cfg := e.raft.cfg; cfg != nil && !e.st.Created() {
+			evs, err := e.decide(projection.Configure{Name: e.name, Config: *cfg})
+			if err == nil {
+				err = e.commit(evs, nil)
+			}
+			if err != nil {
+				e.b.logger.Warn("entity: recording its creation failed", "entity", e.name, "err", err)
+			}
+		}
+	})
+}
+
+func (o *entityOwner) StepDown(committed uint64) {
+	o.tell(func(e *Entity) {
+		e.raft.leading = false
+		// What was applied past the commit may be gone: the state is
+		// taken again from the log, as after a failed write.
+		e.fail(fmt.Errorf("%w (the term ended; committed up to %d)", ErrNotLeader, committed))
+	})
+}
+
+// applyCommitted applies events the group committed that this node did
+// not append.
+func (e *Entity) applyCommitted(evs []event.Event) {
+	if err := e.applyAppended(evs, nil); err != nil {
+		return // applyAppended failed the entity
+	}
+	e.durable = e.log.DurableIndex()
+}
