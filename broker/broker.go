@@ -175,6 +175,7 @@ type Broker struct {
 
 	mu       sync.RWMutex
 	entities map[string]*Entity // by lower-case name
+	byGroup  sync.Map           // uint64 -> *Entity: by namespace id, for a cluster's peer messages
 	closed   bool
 	quit     chan struct{}             // closed at shutdown
 	idleScan chan struct{}             // asks for an auto-delete scan now (a test clock advance)
@@ -318,6 +319,7 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		e.created.Store(times[id][0])
 		e.updated.Store(times[id][1])
 		b.entities[strings.ToLower(e.name)] = e
+		b.byGroup.Store(e.id, e)
 		if cfg := e.cfg.Load(); cfg != nil && ignoredForwarding(*cfg) {
 			b.logger.Warn("queue requires sessions; its ForwardTo is ignored", "entity", e.name, "forward_to", cfg.ForwardTo)
 		}
@@ -561,6 +563,7 @@ func (b *Broker) DeleteEntity(name string) error {
 		return err
 	}
 	delete(b.entities, strings.ToLower(name))
+	b.byGroup.Delete(e.id)
 	e.close(false)
 	b.logger.Info("entity deleted", "entity", e.name)
 	return os.RemoveAll(e.dir)

@@ -38,21 +38,40 @@ var ErrNotLeader = errors.New("this node does not lead the entity")
 // Step hands the broker a message from a peer for an entity's group. A
 // message for an entity it does not hold is dropped: Raft sends again.
 func (b *Broker) Step(group uint64, m *pb.Message) {
-	b.mu.RLock()
-	var e *Entity
-	for _, x := range b.entities {
-		if x.id == group {
-			e = x
-			break
+	if member := b.member(group); member != nil {
+		member.Step(m)
+	}
+}
+
+// ReportSnapshot tells entity group's member whether the snapshot it
+// sent to node to arrived whole (the peer transport knows).
+func (b *Broker) ReportSnapshot(group, to uint64, ok bool) {
+	if m := b.member(group); m != nil {
+		m.ReportSnapshot(to, ok)
+	}
+}
+
+// ReportUnreachable tells every entity's member that node to could not be
+// reached.
+func (b *Broker) ReportUnreachable(to uint64) {
+	for _, e := range b.Entities() {
+		if l, ok := (*e.logRef.Load()).(memberLog); ok {
+			l.ReportUnreachable(to)
 		}
 	}
-	b.mu.RUnlock()
-	if e == nil {
-		return
+}
+
+// member is the group member of the entity whose group is group, if this
+// node holds it.
+func (b *Broker) member(group uint64) *replica.Member {
+	v, ok := b.byGroup.Load(group)
+	if !ok {
+		return nil
 	}
-	if l, ok := (*e.logRef.Load()).(memberLog); ok {
-		l.Step(m)
+	if l, ok := (*v.(*Entity).logRef.Load()).(memberLog); ok {
+		return l.Member
 	}
+	return nil
 }
 
 // Leading reports whether this node leads the entity (always, on a

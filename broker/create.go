@@ -168,6 +168,7 @@ func (b *Broker) createGroup(specs []NewEntity, which []int, out []*Entity) erro
 		e.created.Store(evs[k].Time)
 		e.updated.Store(evs[k].Time)
 		b.entities[strings.ToLower(e.name)] = e
+		b.byGroup.Store(e.id, e)
 		out[i] = e
 		// Callers say it at info: the administration API for each entity,
 		// a start from Config.json in a few lines.

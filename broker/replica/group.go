@@ -195,6 +195,10 @@ func (g *Group) ReportSnapshot(to uint64, ok bool) {
 	g.node.ReportSnapshot(to, status)
 }
 
+// ReportUnreachable tells the member that a message to member to could
+// not be sent.
+func (g *Group) ReportUnreachable(to uint64) { g.node.ReportUnreachable(to) }
+
 // Leader is the member this one believes leads (0: none known).
 func (g *Group) Leader() uint64 { return g.node.BasicStatus().Lead }
 

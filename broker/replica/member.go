@@ -233,6 +233,25 @@ func (m *Member) Compact(logIndex uint64, state []byte) error {
 	}
 }
 
+// ReportSnapshot tells the member whether the snapshot it sent to
+// member to arrived (the transport knows): until then Raft sends that
+// member nothing more.
+func (m *Member) ReportSnapshot(to uint64, ok bool) {
+	select {
+	case m.calls <- func() { m.g.ReportSnapshot(to, ok) }:
+	case <-m.done:
+	}
+}
+
+// ReportUnreachable tells the member that its messages to member to did
+// not go: a leader then probes it rather than streaming to it.
+func (m *Member) ReportUnreachable(to uint64) {
+	select {
+	case m.calls <- func() { m.g.ReportUnreachable(to) }:
+	case <-m.done:
+	}
+}
+
 // Log is the entity log under the member, for reading records back.
 func (m *Member) Log() *log.Log { return m.st.Log() }
 
