@@ -1,0 +1,372 @@
+package peer
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Config configures a Transport.
+type Config struct {
+	// Cluster is the cluster's name: both ends of a connection must agree
+	// or it is refused, so that two clusters on one network never mix.
+	Cluster string
+	ID      uint64 // this node, not 0
+	// Listen is the host:port to listen on ("127.0.0.1:0" picks a port).
+	Listen string
+	// Peers are the other nodes: id to address. Only they may connect.
+	Peers map[uint64]string
+
+	// Deliver is called with every message received, in the order the
+	// sender sent them per (sender, group), except that a MsgSnap comes
+	// when its transfer ends, after messages sent behind it. It runs on
+	// the goroutine that reads that sender's connection, so calls for
+	// different senders run at once; it must not block for long (a
+	// Group's owner takes the message through a channel). m is the
+	// callee's to keep.
+	Deliver func(group uint64, m *pb.Message)
+	// SnapshotDone, if set, reports whether a MsgSnap this node sent
+	// reached its peer whole (the receiver acknowledged it) or failed
+	// (connection lost, refused, not acknowledged in time, dropped): the
+	// group's leader then calls Group.ReportSnapshot. It runs on the
+	// peer's goroutine and must not block.
+	SnapshotDone func(group, to uint64, ok bool)
+	// Unreachable, if set, is called when a connection to a peer fails or
+	// cannot be made, so that groups can call RawNode.ReportUnreachable.
+	// It runs on the peer's goroutine and must not block.
+	Unreachable func(to uint64)
+
+	// TLS, if set, is used on both sides: as the server's configuration
+	// for connections accepted and the client's for those dialled (its
+	// ServerName defaults to the peer address's host).
+	TLS    *tls.Config
+	Logger *slog.Logger // nil: discard
+
+	// QueueLength and QueueBytes bound each peer's queue of messages not
+	// yet written; Send drops what does not fit (defaults 4096 messages,
+	// 16 MiB).
+	QueueLength, QueueBytes int
+	// MaxSnapshot bounds a marshalled MsgSnap, sent or received, and the
+	// MsgSnaps waiting for their turn to one peer, together (default
+	// 1 GiB). A receiver holds one transfer per connection at most.
+	MaxSnapshot int
+}
+
+// Stats are a Transport's counters since New.
+type Stats struct {
+	MessagesSent, MessagesReceived uint64 // Raft messages, MsgSnaps not counted
+	BytesSent, BytesReceived       uint64 // on the wire, hellos and frames
+
+	// Dropped counts messages Send dropped: a full queue, a peer unknown
+	// or down, a message too big for a frame.
+	Dropped uint64
+
+	// SnapshotsSent counts MsgSnaps acknowledged, SnapshotsFailed those
+	// reported failed.
+	SnapshotsSent, SnapshotsReceived, SnapshotsFailed uint64
+
+	Connects     uint64 // outgoing connections made
+	DialFailures uint64 // outgoing connections that could not be made
+	Accepts      uint64 // incoming connections that passed the handshake
+	Refused      uint64 // incoming connections refused at the handshake
+	Malformed    uint64 // connections closed for bad input after the handshake
+
+	// Queued and QueuedBytes are what the peers' queues hold now.
+	Queued, QueuedBytes uint64
+}
+
+// Timings. Dials and handshakes are bounded so that a peer that hangs
+// costs a retry, not a stuck queue; a write that makes no progress for
+// writeTimeout means the peer stopped reading.
+const (
+	dialTimeout        = 2 * time.Second
+	handshakeTimeout   = 5 * time.Second
+	writeTimeout       = 10 * time.Second
+	snapshotAckTimeout = 10 * time.Second
+	backoffMin         = 50 * time.Millisecond
+	backoffMax         = 2 * time.Second
+	// maxPendingSnapshots bounds the MsgSnaps waiting for their turn to
+	// one peer.
+	maxPendingSnapshots = 16
+	// maxHandshakes bounds the incoming connections not yet past their
+	// hello: a flood of idle clients costs no more than this many.
+	maxHandshakes = 64
+)
+
+// Transport carries Raft messages between this node and its peers: one
+// outgoing connection to each, dialled when there is something to send,
+// and the connections the peers dial in.
+type Transport struct {
+	cfg    Config
+	log    *slog.Logger
+	ln     net.Listener
+	ctx    context.Context // cancelled by Close: ends dials
+	cancel context.CancelFunc
+	closed atomic.Bool
+	wg     sync.WaitGroup
+
+	handshakes atomic.Int64 // incoming connections in their handshake
+
+	mu       sync.RWMutex
+	peers    map[uint64]*peer    // outgoing, one per known node
+	incoming map[uint64]*inbound // the connection from each peer that passed its handshake
+	conns    map[net.Conn]bool   // every incoming connection, for Close
+
+	stats counters
+}
+
+type counters struct {
+	messagesSent, messagesReceived                      atomic.Uint64
+	bytesSent, bytesReceived                            atomic.Uint64
+	dropped                                             atomic.Uint64
+	snapshotsSent, snapshotsReceived, snapshotsFailed   atomic.Uint64
+	connects, dialFailures, accepts, refused, malformed atomic.Uint64
+}
+
+// New starts a transport: it listens at once and dials peers when there
+// is something to send them.
+func New(cfg Config) (*Transport, error) {
+	if cfg.ID == 0 {
+		return nil, errors.New("peer: a node's id cannot be 0")
+	}
+	if cfg.Deliver == nil {
+		return nil, errors.New("peer: Config.Deliver is required")
+	}
+	if len(cfg.Cluster) > maxClusterName {
+		return nil, fmt.Errorf("peer: cluster name of %d bytes, the most is %d", len(cfg.Cluster), maxClusterName)
+	}
+	if cfg.QueueLength <= 0 {
+		cfg.QueueLength = 4096
+	}
+	if cfg.QueueBytes <= 0 {
+		cfg.QueueBytes = 16 << 20
+	}
+	if cfg.MaxSnapshot <= 0 {
+		cfg.MaxSnapshot = 1 << 30
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("node", cfg.ID)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("peer: listen: %w", err)
+	}
+	if cfg.TLS != nil {
+		ln = tls.NewListener(ln, cfg.TLS)
+	}
+	t := &Transport{
+		cfg:      cfg,
+		log:      logger,
+		ln:       ln,
+		peers:    make(map[uint64]*peer),
+		incoming: make(map[uint64]*inbound),
+		conns:    make(map[net.Conn]bool),
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	for id, addr := range cfg.Peers {
+		t.SetPeer(id, addr)
+	}
+	t.wg.Add(1)
+	go t.accept()
+	return t, nil
+}
+
+// Addr is the address the transport listens on.
+func (t *Transport) Addr() string { return t.ln.Addr().String() }
+
+// Send queues msgs for their peers (each message's To) and returns at
+// once. What cannot be queued is dropped and counted: Raft sends again
+// what matters. A dropped MsgSnap is reported to SnapshotDone as failed.
+// Send marshals the messages before it returns, so the caller may change
+// them afterwards. It is safe to call from any goroutine.
+func (t *Transport) Send(group uint64, msgs []*pb.Message) {
+	for _, m := range msgs {
+		t.mu.RLock()
+		p := t.peers[m.GetTo()]
+		t.mu.RUnlock()
+		if p == nil || t.closed.Load() {
+			t.stats.dropped.Add(1)
+			continue
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.log.Error("cannot marshal a Raft message", "group", group, "type", m.GetType(), "err", err)
+			t.stats.dropped.Add(1)
+			continue
+		}
+		if m.GetType() == pb.MessageType_MsgSnap {
+			p.queueSnapshot(group, b)
+			continue
+		}
+		if len(b) > maxMessage {
+			// Raft splits appends at MaxSizePerMsg; only an entry
+			// bigger than a frame can make one this big.
+			t.log.Warn("a Raft message too big for a frame was dropped", "peer", p.id, "group", group,
+				"type", m.GetType(), "bytes", len(b), "max", maxMessage)
+			t.stats.dropped.Add(1)
+			continue
+		}
+		p.queueMessage(group, b)
+	}
+}
+
+// SetPeer adds a peer or changes its address. A connection to the old
+// address is closed; the next message dials the new one.
+func (t *Transport) SetPeer(id uint64, addr string) {
+	if id == 0 || id == t.cfg.ID {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed.Load() {
+		return
+	}
+	if p := t.peers[id]; p != nil {
+		p.setAddr(addr)
+		return
+	}
+	p := newPeer(t, id, addr)
+	t.peers[id] = p
+	t.wg.Add(1)
+	go p.run()
+}
+
+// RemovePeer forgets a peer: its queue is dropped, its snapshots in
+// flight fail, and its connections both ways are closed. It does not wait
+// for them to end, so a callback about it may still come.
+func (t *Transport) RemovePeer(id uint64) {
+	t.mu.Lock()
+	p := t.peers[id]
+	delete(t.peers, id)
+	in := t.incoming[id]
+	t.mu.Unlock()
+	if p != nil {
+		p.stop()
+	}
+	if in != nil {
+		in.conn.Close()
+	}
+}
+
+// Stats reads the counters.
+func (t *Transport) Stats() Stats {
+	s := Stats{
+		MessagesSent:      t.stats.messagesSent.Load(),
+		MessagesReceived:  t.stats.messagesReceived.Load(),
+		BytesSent:         t.stats.bytesSent.Load(),
+		BytesReceived:     t.stats.bytesReceived.Load(),
+		Dropped:           t.stats.dropped.Load(),
+		SnapshotsSent:     t.stats.snapshotsSent.Load(),
+		SnapshotsReceived: t.stats.snapshotsReceived.Load(),
+		SnapshotsFailed:   t.stats.snapshotsFailed.Load(),
+		Connects:          t.stats.connects.Load(),
+		DialFailures:      t.stats.dialFailures.Load(),
+		Accepts:           t.stats.accepts.Load(),
+		Refused:           t.stats.refused.Load(),
+		Malformed:         t.stats.malformed.Load(),
+	}
+	t.mu.RLock()
+	for _, p := range t.peers {
+		n, b := p.queueSize()
+		s.Queued += uint64(n)
+		s.QueuedBytes += uint64(b)
+	}
+	t.mu.RUnlock()
+	return s
+}
+
+// Close stops the transport: it closes the listener and every connection
+// and waits for its goroutines. No callback runs once Close has begun
+// waiting for them, and none after it returns; what was queued is
+// dropped and not reported.
+func (t *Transport) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.cancel()
+	err := t.ln.Close()
+	t.mu.Lock()
+	peers := t.peers
+	t.peers = map[uint64]*peer{}
+	for c := range t.conns {
+		c.Close()
+	}
+	t.mu.Unlock()
+	for _, p := range peers {
+		p.stop()
+	}
+	t.wg.Wait()
+	return err
+}
+
+// snapshotDone and unreachable call the callbacks unless the transport
+// is closing.
+func (t *Transport) snapshotDone(group, to uint64, ok bool) {
+	if ok {
+		t.stats.snapshotsSent.Add(1)
+	} else {
+		t.stats.snapshotsFailed.Add(1)
+	}
+	if t.cfg.SnapshotDone != nil && !t.closed.Load() {
+		t.cfg.SnapshotDone(group, to, ok)
+	}
+}
+
+func (t *Transport) unreachable(to uint64) {
+	if t.cfg.Unreachable != nil && !t.closed.Load() {
+		t.cfg.Unreachable(to)
+	}
+}
+
+// known reports whether id is a peer.
+func (t *Transport) known(id uint64) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.peers[id] != nil
+}
+
+// accept takes incoming connections until the listener closes.
+func (t *Transport) accept() {
+	defer t.wg.Done()
+	var delay time.Duration
+	for {
+		conn, err := t.ln.Accept()
+		if err != nil {
+			if t.closed.Load() {
+				return
+			}
+			// Out of file descriptors, most likely: wait a little, as
+			// net/http's server does, rather than spin.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			t.log.Warn("accept failed", "err", err, "retry in", delay)
+			select {
+			case <-time.After(delay):
+			case <-t.ctx.Done():
+				return
+			}
+			continue
+		}
+		delay = 0
+		t.mu.Lock()
+		if t.closed.Load() {
+			t.mu.Unlock()
+			conn.Close()
+			return
+		}
+		t.conns[conn] = true
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go t.serve(conn)
+	}
+}
