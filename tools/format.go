@@ -156,7 +156,8 @@ func isNamespaceType(t event.Type) bool {
 // hasQueue says whether events of type t are about one of the entity's
 // queues.
 func hasQueue(t event.Type) bool {
-	return !isNamespaceType(t) && t != event.Checkpoint && t != event.Remembered && t != event.Committed && t != event.Arrived
+	return !isNamespaceType(t) && t != event.Checkpoint && t != event.Remembered && t != event.Committed && t != event.Arrived &&
+		t != event.Marker
 }
 
 // hasMessage says whether events of type t carry a message body (a topic's

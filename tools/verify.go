@@ -438,6 +438,8 @@ type entityCheck struct {
 	first    uint64         // the log's first index
 	archives []*log.Archive // the entity's that open, newest first
 	unopened bool           // some archive does not open
+	begun    bool           // an event other than a marker was seen
+	leading  uint64         // markers before it (a cluster member's log)
 }
 
 // msgState is what the projection says about one message.
@@ -465,10 +467,23 @@ func (c *entityCheck) lookup(seq uint64, queues ...uint32) msgState {
 }
 
 func (c *entityCheck) apply(ev *event.Event, seg string) {
+	if ev.Type == event.Marker {
+		// A cluster member's Raft entry without events: it takes an
+		// index and carries no time of the entity's (docs/cluster.md).
+		if err := safeApply(c.st, ev); err != nil {
+			c.lg.eventf(seg, ev.Index, "%s does not apply: %v", ev.Type, err)
+		}
+		if !c.begun {
+			c.leading++
+		}
+		return
+	}
+	begins := !c.begun
+	c.begun = true
 	switch {
-	case ev.Index == 1 && ev.Type != event.EntityCreated:
+	case begins && ev.Index == 1+c.leading && ev.Type != event.EntityCreated:
 		c.lg.eventf(seg, ev.Index, "the log begins with %s, not entity-created", ev.Type)
-	case ev.Index != 1 && ev.Type == event.EntityCreated:
+	case ev.Index != 1+c.leading && ev.Type == event.EntityCreated:
 		c.lg.eventf(seg, ev.Index, "entity-created in the middle of the log")
 	case ev.Type == event.EntityCreated && ev.Name != c.name:
 		c.lg.eventf(seg, ev.Index, "the log names the entity %q, the namespace log %q", ev.Name, c.name)
