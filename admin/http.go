@@ -17,7 +17,18 @@ type Health struct {
 	stopping atomic.Bool
 	entities atomic.Int64
 	degraded atomic.Pointer[func() string]
+	cluster  atomic.Pointer[func() ClusterHealth]
 }
+
+// ClusterHealth is what /health says of a cluster's node: which node it
+// is, and the entities it leads (it follows the others).
+type ClusterHealth struct {
+	Node    uint64   `json:"node"`
+	Leading []string `json:"leading"`
+}
+
+// SetCluster makes /health say the node's role, as f tells it.
+func (h *Health) SetCluster(f func() ClusterHealth) { h.cluster.Store(&f) }
 
 // SetDegraded makes /health ask reason whether the broker serves only in
 // part (a low disk): a reason that is not "" makes the status "degraded",
@@ -50,11 +61,17 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
+	var cluster *ClusterHealth
+	if f := h.cluster.Load(); f != nil && h.ready.Load() {
+		c := (*f)()
+		cluster = &c
+	}
 	json.NewEncoder(w).Encode(struct {
-		Status   string `json:"status"`
-		Reason   string `json:"reason,omitempty"`
-		Entities int64  `json:"entities"`
-	}{status, reason, h.entities.Load()})
+		Status   string         `json:"status"`
+		Reason   string         `json:"reason,omitempty"`
+		Entities int64          `json:"entities"`
+		Cluster  *ClusterHealth `json:"cluster,omitempty"`
+	}{status, reason, h.entities.Load(), cluster})
 }
 
 // Handler serves /health and /metrics, and everything else with api (the

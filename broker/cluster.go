@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,6 +73,19 @@ func (b *Broker) member(group uint64) *replica.Member {
 		return l.Member
 	}
 	return nil
+}
+
+// Leading is the names of the entities this node leads, sorted (every
+// entity, on a single node).
+func (b *Broker) Leading() []string {
+	var out []string
+	for _, e := range b.Entities() {
+		if e.Leading() {
+			out = append(out, e.Name())
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Leading reports whether this node leads the entity (always, on a

@@ -53,6 +53,7 @@ type serveOptions struct {
 	authTimeout                                                  time.Duration
 	sessionWait                                                  time.Duration
 	shutdownTimeout, idleCheckpoint                              time.Duration
+	cluster                                                      clusterOptions
 }
 
 // keyFlags collects repeated --key NAME=VALUE[:Rights] flags.
@@ -123,6 +124,7 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.DurationVar(&o.sessionWait, "session-wait", time.Minute, "how long a receiver for the next available session waits for one when its client names no com.microsoft:timeout (the Python SDK 7.8 names none)")
 	fs.DurationVar(&o.idleCheckpoint, "idle-checkpoint", 10*time.Second, "after this long without activity, a queue whose log holds records it no longer needs snapshots itself so that they can be deleted, and once the whole broker is that quiet it returns the memory it freed to the system; 0 never")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "longest graceful shutdown before exiting anyway")
+	o.cluster.flags(fs)
 	fs.Var(procsFlag{&o.procs}, "procs", "GOMAXPROCS for the broker, over the environment's: a number, or auto (one while the broker uses well under a core of CPU, the runtime's default when it needs more: less CPU per message, slower at moderate fixed rates); default the runtime's choice")
 	return fs
 }
@@ -391,6 +393,20 @@ func serve(args []string) int {
 		logger.Info("listening", "http", ln.Addr().String())
 	}
 
+	var cluster *clusterNode
+	var brokerCluster *broker.Cluster
+	if o.cluster.on() {
+		cfg, err := o.cluster.resolve()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "walbus serve: %v\n", err)
+			return 2
+		}
+		if cluster, brokerCluster, err = startCluster(cfg, o.cluster.tick, logger); err != nil {
+			logger.Error("cannot start the cluster's transport", "err", err)
+			return 1
+		}
+		defer cluster.transport.Close()
+	}
 	policy, _ := log.ParseSyncPolicy(o.sync)
 	var release memoryReleaser
 	var clock broker.Clock
@@ -406,7 +422,7 @@ func serve(args []string) int {
 			release.touch()
 			metrics.ObserveCommit(entity, s)
 		},
-		OnSnapshot: metrics.ObserveSnapshot, OnFirstDelivery: metrics.ObserveFirstDelivery})
+		OnSnapshot: metrics.ObserveSnapshot, OnFirstDelivery: metrics.ObserveFirstDelivery, Cluster: brokerCluster})
 	if err != nil {
 		logger.Error("cannot start", "err", err)
 		fileLimitHint(logger, err)
@@ -418,6 +434,12 @@ func serve(args []string) int {
 	}
 	metrics.ObserveRecovery(rec)
 	metrics.SetBroker(b)
+	if cluster != nil {
+		cluster.broker.Store(b)
+		health.SetCluster(func() admin.ClusterHealth {
+			return admin.ClusterHealth{Node: cluster.cfg.node, Leading: b.Leading()}
+		})
+	}
 	metrics.SetCacheStats(b.CacheStats)
 	health.SetDegraded(func() string {
 		if d := b.Disk(); d.Low {

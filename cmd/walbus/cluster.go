@@ -1,0 +1,166 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/broker/replica/peer"
+)
+
+// clusterOptions are serve's cluster flags (docs/cluster.md). The nodes
+// come from --peers or from --cluster-file; --node-id says which one this
+// is.
+type clusterOptions struct {
+	name, file, listen, peers string
+	node                      uint64
+	tick                      time.Duration
+}
+
+func (c *clusterOptions) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.name, "cluster", "", "run as a node of the cluster of this name (docs/cluster.md): entity logs replicated with Raft")
+	fs.StringVar(&c.file, "cluster-file", "", `JSON file of the cluster: {"cluster": "name", "nodes": [{"id": 1, "peer": "host:port"}, ...]}`)
+	fs.Uint64Var(&c.node, "node-id", 0, "this node's id in the cluster (1 or more)")
+	fs.StringVar(&c.listen, "peer-listen", "", "address to listen on for the other nodes (default: this node's address in --peers or the cluster file)")
+	fs.StringVar(&c.peers, "peers", "", "the cluster's nodes, this one included: 1=host:port,2=host:port,3=host:port")
+	fs.DurationVar(&c.tick, "raft-tick", 100*time.Millisecond, "Raft's tick: a leader's heartbeat; an election takes 10")
+}
+
+// on reports whether serve runs as a cluster's node.
+func (c *clusterOptions) on() bool { return c.name != "" || c.file != "" }
+
+// clusterFile is the cluster file's form.
+type clusterFile struct {
+	Cluster string `json:"cluster"`
+	Nodes   []struct {
+		ID   uint64 `json:"id"`
+		Peer string `json:"peer"`
+	} `json:"nodes"`
+}
+
+// clusterConfig is the cluster as the flags and the file say.
+type clusterConfig struct {
+	name   string
+	node   uint64
+	listen string
+	nodes  map[uint64]string // every node's peer address, this one's included
+}
+
+func (c *clusterOptions) resolve() (*clusterConfig, error) {
+	cfg := &clusterConfig{name: c.name, node: c.node, listen: c.listen, nodes: map[uint64]string{}}
+	if c.file != "" {
+		b, err := os.ReadFile(c.file)
+		if err != nil {
+			return nil, err
+		}
+		var f clusterFile
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			return nil, fmt.Errorf("--cluster-file %s: %w", c.file, err)
+		}
+		if cfg.name == "" {
+			cfg.name = f.Cluster
+		} else if f.Cluster != "" && f.Cluster != cfg.name {
+			return nil, fmt.Errorf("--cluster %q, and the cluster file names %q", cfg.name, f.Cluster)
+		}
+		for _, n := range f.Nodes {
+			if err := cfg.add(n.ID, n.Peer); err != nil {
+				return nil, fmt.Errorf("--cluster-file %s: %w", c.file, err)
+			}
+		}
+	}
+	if c.peers != "" {
+		for _, part := range strings.Split(c.peers, ",") {
+			id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+			n, err := strconv.ParseUint(id, 10, 64)
+			if !ok || err != nil {
+				return nil, fmt.Errorf("--peers: %q is not id=host:port", part)
+			}
+			if err := cfg.add(n, addr); err != nil {
+				return nil, fmt.Errorf("--peers: %w", err)
+			}
+		}
+	}
+	switch {
+	case cfg.name == "":
+		return nil, errors.New("a cluster needs a name: --cluster")
+	case cfg.node == 0:
+		return nil, errors.New("a cluster's node needs --node-id")
+	case cfg.nodes[cfg.node] == "":
+		return nil, fmt.Errorf("node %d is not among the cluster's nodes (--peers or --cluster-file)", cfg.node)
+	case len(cfg.nodes) < 3:
+		return nil, fmt.Errorf("a cluster has three nodes or more; %d given", len(cfg.nodes))
+	}
+	if cfg.listen == "" {
+		cfg.listen = cfg.nodes[cfg.node]
+	}
+	return cfg, nil
+}
+
+func (c *clusterConfig) add(id uint64, addr string) error {
+	if id == 0 || addr == "" {
+		return fmt.Errorf("node %d at %q: a node has an id of 1 or more and an address", id, addr)
+	}
+	if old, ok := c.nodes[id]; ok && old != addr {
+		return fmt.Errorf("node %d is at %s and at %s", id, old, addr)
+	}
+	c.nodes[id] = addr
+	return nil
+}
+
+// clusterNode is a node's side of the cluster: the peer transport and the
+// broker's options for it. The broker is set once it is open; messages
+// that come before are dropped (Raft sends again).
+type clusterNode struct {
+	cfg       *clusterConfig
+	transport *peer.Transport
+	broker    atomic.Pointer[broker.Broker]
+}
+
+func startCluster(c *clusterConfig, tick time.Duration, logger *slog.Logger) (*clusterNode, *broker.Cluster, error) {
+	n := &clusterNode{cfg: c}
+	peers := map[uint64]string{}
+	var ids []uint64
+	for id, addr := range c.nodes {
+		ids = append(ids, id)
+		if id != c.node {
+			peers[id] = addr
+		}
+	}
+	slices.Sort(ids)
+	tr, err := peer.New(peer.Config{Cluster: c.name, ID: c.node, Listen: c.listen, Peers: peers, Logger: logger,
+		Deliver: func(group uint64, m *pb.Message) {
+			if b := n.broker.Load(); b != nil {
+				b.Step(group, m)
+			}
+		},
+		SnapshotDone: func(group, to uint64, ok bool) {
+			if b := n.broker.Load(); b != nil {
+				b.ReportSnapshot(group, to, ok)
+			}
+		},
+		Unreachable: func(to uint64) {
+			if b := n.broker.Load(); b != nil {
+				b.ReportUnreachable(to)
+			}
+		}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster %s: listen for peers: %w", c.name, err)
+	}
+	n.transport = tr
+	logger.Info("listening", "peers", tr.Addr(), "cluster", c.name, "node", c.node)
+	return n, &broker.Cluster{ID: c.node, Peers: ids, Tick: tick,
+		Send: func(group uint64, m *pb.Message) { tr.Send(group, []*pb.Message{m}) }}, nil
+}

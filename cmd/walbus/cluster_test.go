@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// TestClusterProcesses runs three walbus serve --cluster processes on
+// loopback. The queue's leader (as /health names it) takes 40 sends from
+// the Go SDK, and a follower refuses them with server-busy. The leader is
+// killed with SIGKILL; another node leads within a few elections, and the
+// Go SDK receives all 40 there, with the SequenceNumbers they had, and
+// completes them. The killed node starts again, catches up from the
+// others' logs, and shows the queue empty.
+func TestClusterProcesses(t *testing.T) {
+	ctx := context.Background()
+	config := filepath.Join(t.TempDir(), "Config.json")
+	if err := os.WriteFile(config, []byte(`{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns",
+		"Queues": [{"Name": "orders"}]}]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var peers []string
+	for id := 1; id <= 3; id++ {
+		peers = append(peers, fmt.Sprintf("%d=%s", id, freeAddr(t)))
+	}
+	nodes := map[int]*proc{}
+	for id := 1; id <= 3; id++ {
+		nodes[id] = startWalbus(t, t.TempDir(), "--config", config, "--cluster", "test", "--node-id", fmt.Sprint(id),
+			"--peers", strings.Join(peers, ","), "--raft-tick", "50ms")
+	}
+	leader := leaderNode(t, nodes, 0)
+
+	client := nodes[leader].sdkClient()
+	sender, err := client.NewSender("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		if err := sender.SendMessage(ctx, &azservicebus.Message{MessageID: toPtr(fmt.Sprintf("m%d", i)),
+			Body: fmt.Appendf(nil, "body %d", i)}, nil); err != nil {
+			t.Fatalf("send %d to the leader: %v", i, err)
+		}
+	}
+	peeker, err := client.NewReceiverForQueue("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := peeker.PeekMessages(ctx, 100, nil)
+	if err != nil || len(before) != 40 {
+		t.Fatalf("peek on the leader: %d messages, %v", len(before), err)
+	}
+	client.Close(ctx)
+
+	// A follower refuses a send with server-busy, which the SDK retries.
+	follower := leader%3 + 1
+	fc := nodes[follower].sdkClient()
+	fs, err := fc.NewSender("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err = fs.SendMessage(short, &azservicebus.Message{Body: []byte("to a follower")}, nil)
+	cancel()
+	var sbErr *azservicebus.Error
+	if err == nil || !(errors.As(err, &sbErr) || errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "server-busy")) {
+		t.Fatalf("a send to a follower: %v", err)
+	}
+	fc.Close(ctx)
+
+	nodes[leader].kill()
+	next := leaderNode(t, nodes, leader)
+	client = nodes[next].sdkClient()
+	defer client.Close(ctx)
+	receiver, err := client.NewReceiverForQueue("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*azservicebus.ReceivedMessage
+	for len(got) < 40 {
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		msgs, err := receiver.ReceiveMessages(rctx, 40-len(got), nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("receive on the new leader after %d: %v", len(got), err)
+		}
+		for _, m := range msgs {
+			if err := receiver.CompleteMessage(ctx, m, nil); err != nil {
+				t.Fatalf("complete %s: %v", m.MessageID, err)
+			}
+		}
+		got = append(got, msgs...)
+	}
+	slices.SortFunc(got, func(a, b *azservicebus.ReceivedMessage) int { return int(*a.SequenceNumber - *b.SequenceNumber) })
+	for i, m := range got {
+		if m.MessageID != before[i].MessageID || *m.SequenceNumber != *before[i].SequenceNumber ||
+			string(m.Body) != string(before[i].Body) {
+			t.Fatalf("message %d after the failover: %s #%d %q, before it %s #%d %q", i, m.MessageID, *m.SequenceNumber,
+				m.Body, before[i].MessageID, *before[i].SequenceNumber, before[i].Body)
+		}
+	}
+
+	// The killed node comes back and catches up: its console's overview
+	// (which reads the committed state a follower holds) shows the 40
+	// sends applied and the queue empty.
+	nodes[leader].start()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sent, active := queueFigures(t, nodes[leader], "orders")
+		if sent == 40 && active == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted node shows %v sent, %v active:\n%s", sent, active, nodes[leader].logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// queueFigures is what p's console overview says of queue name: the
+// messages it took since p started (a restarted node counts those it
+// applies again) and those active now.
+func queueFigures(t *testing.T, p *proc, name string) (sent, active float64) {
+	t.Helper()
+	status, body := consoleCall(t, p, "GET", "/$walbus/overview", nil)
+	if status != 200 {
+		return -1, -1
+	}
+	list, _ := body["entities"].([]any)
+	for _, v := range list {
+		e, _ := v.(map[string]any)
+		if e["path"] == name {
+			counts, _ := e["counts"].(map[string]any)
+			sent, _ = e["sent"].(float64)
+			active, _ = counts["active"].(float64)
+			return sent, active
+		}
+	}
+	return -1, -1
+}
+
+// freeAddr is a loopback address with a port nothing listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type clusterHealth struct {
+	Status  string `json:"status"`
+	Cluster *struct {
+		Node    uint64   `json:"node"`
+		Leading []string `json:"leading"`
+	} `json:"cluster"`
+}
+
+func healthOf(p *proc) (clusterHealth, error) {
+	var h clusterHealth
+	resp, err := p.healthClient().Get(p.scheme() + "://" + p.http + "/health")
+	if err != nil {
+		return h, err
+	}
+	defer resp.Body.Close()
+	err = json.NewDecoder(resp.Body).Decode(&h)
+	return h, err
+}
+
+// leaderNode waits for a node other than not whose /health says it leads
+// the queue.
+func leaderNode(t *testing.T, nodes map[int]*proc, not int) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for id, p := range nodes {
+			if id == not {
+				continue
+			}
+			if h, err := healthOf(p); err == nil && h.Cluster != nil && slices.Contains(h.Cluster.Leading, "orders") {
+				return id
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("no node leads the queue")
+	return 0
+}
