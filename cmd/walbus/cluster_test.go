@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -170,7 +171,9 @@ type clusterHealth struct {
 
 func healthOf(p *proc) (clusterHealth, error) {
 	var h clusterHealth
-	resp, err := p.healthClient().Get(p.scheme() + "://" + p.http + "/health")
+	// A short timeout: a paused node (SIGSTOP) must not hold the caller.
+	client := &http.Client{Timeout: time.Second}
+	resp, err := client.Get("http://" + p.http + "/health")
 	if err != nil {
 		return h, err
 	}

@@ -164,7 +164,10 @@ func applyTopic(b *broker.Broker, t emuconfig.Topic, logger *slog.Logger) (*brok
 		return nil, err
 	}
 	if changed := configChanges(was, t.Config()); len(changed) > 0 {
-		if err := b.UpdateTopic(t.Name, t.Config()); err != nil {
+		if err := b.UpdateTopic(t.Name, t.Config()); errors.Is(err, broker.ErrNotLeader) {
+			logger.Info("topic settings left to the node that leads it", "topic", t.Name)
+			return e, nil
+		} else if err != nil {
 			return nil, err
 		}
 		logger.Info("topic settings changed to the file's; its messages are kept", "topic", t.Name,
@@ -259,6 +262,12 @@ func updateQueue(b *broker.Broker, q emuconfig.Queue, logger *slog.Logger) (*bro
 		return e, nil
 	}
 	if err := b.UpdateQueue(q.Name, q.Config()); err != nil {
+		if errors.Is(err, broker.ErrNotLeader) {
+			// A cluster's node that does not lead the queue: its leader's
+			// node applies the file (the nodes are given the same one).
+			logger.Info("queue settings left to the node that leads it", "queue", q.Name)
+			return e, nil
+		}
 		if errors.Is(err, projection.ErrNotAllowed) {
 			err = fmt.Errorf("%w (the queue exists with its messages: change the file back, or start on a new --data directory)", err)
 		}
