@@ -122,7 +122,15 @@ func (l memberLog) Scan(from uint64, fn func(*event.Event) error) error {
 	return l.Log().Scan(from, fn)
 }
 func (l memberLog) Bytes() int64 { return l.Log().Bytes() }
-func (l memberLog) ReadAhead(index uint64, pos event.Position, w *log.Window) (event.Event, error) {
+
+// ReadAhead reads by the position the member's storage recorded: the
+// actor's events never went through log.Append, so the positions they
+// carry are not the records'.
+func (l memberLog) ReadAhead(index uint64, _ event.Position, w *log.Window) (event.Event, error) {
+	pos, ok := l.Position(index)
+	if !ok {
+		return event.Event{}, fmt.Errorf("read index %d: not in the member's log", index)
+	}
 	return l.Log().ReadAhead(index, pos, w)
 }
 

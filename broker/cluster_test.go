@@ -218,7 +218,9 @@ func newCluster(t *testing.T) *testCluster {
 
 // open starts node id on its directory.
 func (c *testCluster) open(id uint64) *Broker {
-	b := openBroker(c.t, Options{Dir: c.dirs[id], Seed: id,
+	// A cache of one byte: every message body is read back from the
+	// member's log, by the positions its storage recorded.
+	b := openBroker(c.t, Options{Dir: c.dirs[id], Seed: id, CacheBytes: 1,
 		Cluster: &Cluster{ID: id, Peers: []uint64{1, 2, 3}, Send: c.net.sender(id), Tick: 10 * time.Millisecond}})
 	c.net.mu.Lock()
 	c.net.brokers[id] = b

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -52,6 +53,14 @@ type LogStorage struct {
 	hs      *pb.HardState // staged
 	hsFile  *pb.HardState // durable
 	pending bool          // records appended since the last Sync
+
+	// pos holds where each record from log index posBase on sits in its
+	// segment: the records' owner reads message bodies by position, and
+	// the events it decided or applied never passed through log.Append
+	// to learn theirs. Position may be called from other goroutines.
+	posMu   sync.RWMutex
+	pos     []event.Position
+	posBase uint64
 }
 
 // entryRef is where an entry's records are: from log index start, n of
@@ -114,11 +123,14 @@ func (s *LogStorage) openLog() error {
 		if err != nil {
 			return err
 		}
-		ents, err := mapEntries(l)
+		ents, pos, err := mapEntries(l)
 		if err == nil {
 			var ok bool
 			if ents, ok, err = s.follows(ents, l); ok {
 				s.log, s.ents = l, ents
+				s.posMu.Lock()
+				s.pos, s.posBase = pos, l.FirstIndex()
+				s.posMu.Unlock()
 				return nil
 			}
 		}
@@ -164,10 +176,12 @@ func (s *LogStorage) follows(ents []entryRef, l *log.Log) ([]entryRef, bool, err
 	return nil, len(ents) == 0 && l.LastIndex() == s.snapLog, nil
 }
 
-// mapEntries scans l for its entries.
-func mapEntries(l *log.Log) ([]entryRef, error) {
+// mapEntries scans l for its entries, and where its records are.
+func mapEntries(l *log.Log) ([]entryRef, []event.Position, error) {
 	var ents []entryRef
+	var pos []event.Position
 	err := l.Scan(0, func(ev *event.Event) error {
+		pos = append(pos, ev.Pos)
 		if ev.Term == 0 {
 			if len(ents) > 0 {
 				ents[len(ents)-1].n++
@@ -180,7 +194,18 @@ func mapEntries(l *log.Log) ([]entryRef, error) {
 		ents = append(ents, entryRef{index: ev.Entry, term: ev.Term, start: ev.Index, n: 1, tag: ev.Tag})
 		return nil
 	})
-	return ents, err
+	return ents, pos, err
+}
+
+// Position is where the record at log index sits in its segment, for a
+// positional read (log.ReadAt, ReadAhead). It is safe for concurrent use.
+func (s *LogStorage) Position(index uint64) (event.Position, bool) {
+	s.posMu.RLock()
+	defer s.posMu.RUnlock()
+	if index < s.posBase || index-s.posBase >= uint64(len(s.pos)) {
+		return event.Position{}, false
+	}
+	return s.pos[index-s.posBase], true
 }
 
 func (s *LogStorage) snapIndex() uint64 { return s.snap.GetMetadata().GetIndex() }
@@ -374,6 +399,11 @@ func (s *LogStorage) append(entries []*pb.Entry) error {
 			return err
 		}
 		s.ents = s.ents[:first-s.snapIndex()-1]
+		s.posMu.Lock()
+		if cut+1 >= s.posBase {
+			s.pos = s.pos[:min(uint64(len(s.pos)), cut+1-s.posBase)]
+		}
+		s.posMu.Unlock()
 		for len(s.recent) > 0 && s.recent[len(s.recent)-1].GetIndex() >= first {
 			s.recent = s.recent[:len(s.recent)-1]
 		}
@@ -397,6 +427,14 @@ func (s *LogStorage) append(entries []*pb.Entry) error {
 		if want := s.nextLogIndex(); start != want {
 			return fmt.Errorf("replica: entry %d went to log index %d, want %d", e.GetIndex(), start, want)
 		}
+		s.posMu.Lock()
+		if len(s.pos) == 0 {
+			s.posBase = start
+		}
+		for i := range evs {
+			s.pos = append(s.pos, evs[i].Pos)
+		}
+		s.posMu.Unlock()
 		s.ents = append(s.ents, entryRef{index: e.GetIndex(), term: e.GetTerm(), start: start, n: uint32(len(evs)), tag: tag})
 		s.recent = append(s.recent, e)
 	}
@@ -488,8 +526,29 @@ func (s *LogStorage) CreateSnapshot(index uint64, cs *pb.ConfState, data []byte)
 	}
 	s.ents = s.ents[index-s.snapIndex():]
 	s.snap, s.snapLog = snap, logIndex
-	_, err = s.log.TruncateFront(logIndex + 1)
-	return err
+	first, err := s.log.TruncateFront(logIndex + 1)
+	if err != nil {
+		return err
+	}
+	// The log's new first record is the only one that moved: tidwall
+	// rewrote the segment that holds it.
+	var moved event.Position
+	if err := s.log.Scan(first, func(ev *event.Event) error {
+		moved = ev.Pos
+		return errEnough
+	}); err != nil && !errors.Is(err, errEnough) {
+		return err
+	}
+	s.posMu.Lock()
+	if first > s.posBase {
+		drop := min(uint64(len(s.pos)), first-s.posBase)
+		s.pos, s.posBase = append([]event.Position(nil), s.pos[drop:]...), s.posBase+drop
+	}
+	if first == s.posBase && len(s.pos) > 0 {
+		s.pos[0] = moved
+	}
+	s.posMu.Unlock()
+	return nil
 }
 
 // EntryEnding is the entry whose records end at log index logIndex, if

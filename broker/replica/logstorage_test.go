@@ -263,6 +263,15 @@ func (m *storageModel) compare(when string) {
 			}
 		}
 	}
+	// Every record's recorded position is where a scan finds it.
+	if err := s.log.Scan(0, func(ev *event.Event) error {
+		if pos, ok := s.Position(ev.Index); !ok || pos != ev.Pos {
+			return fmt.Errorf("record %d is at %+v; the storage says %+v (%v)", ev.Index, ev.Pos, pos, ok)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("%s: %v", when, err)
+	}
 	// Every entry's records end where the group's numbering says.
 	for i := f2; i <= l2; i++ {
 		first, last, err := s.LogIndex(i)

@@ -99,6 +99,12 @@ type Owner interface {
 	StepDown(committed uint64)
 }
 
+// inboxSize is how many peers' messages wait for a member before Step
+// drops them. A member takes all that wait before it processes, so a
+// burst costs one sync; dropped ones are sent again by Raft, but a
+// dropped heartbeat can start an election.
+const inboxSize = 8192
+
 // ErrNotLeader refuses an append to a member that does not lead, or
 // fails one whose fate its lost term left unknown.
 var ErrNotLeader = errors.New("replica: not the group's leader")
@@ -115,7 +121,7 @@ func OpenMember(cfg MemberConfig) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{cfg: cfg, st: st, inbox: make(chan *pb.Message, 1024), props: make(chan *proposal, 1024),
+	m := &Member{cfg: cfg, st: st, inbox: make(chan *pb.Message, inboxSize), props: make(chan *proposal, 1024),
 		calls: make(chan func()), quit: make(chan struct{}), done: make(chan struct{}), err: ErrNotLeader}
 	snap, _ := st.Snapshot()
 	applied := snap.GetMetadata().GetIndex()
@@ -252,6 +258,11 @@ func (m *Member) ReportUnreachable(to uint64) {
 	}
 }
 
+// Position is where the record at log index sits in its segment: the
+// events the owner appended or was given carry no position of their own.
+// It is safe for concurrent use.
+func (m *Member) Position(index uint64) (event.Position, bool) { return m.st.Position(index) }
+
 // Log is the entity log under the member, for reading records back.
 func (m *Member) Log() *log.Log { return m.st.Log() }
 
@@ -283,20 +294,23 @@ func (m *Member) run() {
 		case call := <-m.calls:
 			call()
 		case msg := <-m.inbox:
-			if err := m.g.Step(msg); err != nil && !errors.Is(err, ErrStopped) {
-				m.cfg.Logger.Warningf("replica %d: step %s: %v", m.cfg.ID, msg.GetType(), err)
-			}
+			m.step(msg)
 		case p := <-m.props:
 			m.propose(p)
-			// Take what else is queued: one Process, one sync, for all.
-		more:
-			for range 256 {
-				select {
-				case p := <-m.props:
-					m.propose(p)
-				default:
-					break more
-				}
+		}
+		// Take what else is queued, messages and proposals: one Process,
+		// so one sync, for all of them. A follower that synced each
+		// append on its own would hold its leader to one round of fsyncs
+		// per message.
+	more:
+		for range 1024 {
+			select {
+			case msg := <-m.inbox:
+				m.step(msg)
+			case p := <-m.props:
+				m.propose(p)
+			default:
+				break more
 			}
 		}
 		m.roles(false)
@@ -319,6 +333,12 @@ func (m *Member) run() {
 				break
 			}
 		}
+	}
+}
+
+func (m *Member) step(msg *pb.Message) {
+	if err := m.g.Step(msg); err != nil && !errors.Is(err, ErrStopped) {
+		m.cfg.Logger.Warningf("replica %d: step %s: %v", m.cfg.ID, msg.GetType(), err)
 	}
 }
 

@@ -216,6 +216,13 @@ func TestMembersSnapshot(t *testing.T) {
 	}
 }
 
+// The test clusters' Raft tick and log segment size: small segments, so
+// that logs roll, and are cut and reset, often.
+var (
+	testTick    = 10 * time.Millisecond
+	testSegment = 4096
+)
+
 type rec struct {
 	index uint64
 	typ   event.Type
@@ -362,7 +369,7 @@ func (c *testCluster) peers() []uint64 {
 func (c *testCluster) start(id uint64) {
 	o := &testOwner{t: c.t, lead: make(chan uint64, 1)}
 	m, err := OpenMember(MemberConfig{Config: Config{ID: id, Peers: c.peers(), ElectionTicks: 10, HeartbeatTicks: 1},
-		Dir: c.dirs[id-1], Log: log.Options{Sync: log.SyncAlways, SegmentSize: 4096}, Tick: 10 * time.Millisecond,
+		Dir: c.dirs[id-1], Log: log.Options{Sync: log.SyncAlways, SegmentSize: testSegment}, Tick: testTick,
 		Send: c.send, Owner: o})
 	if err != nil {
 		c.t.Fatal(err)
