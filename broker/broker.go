@@ -432,15 +432,16 @@ func (b *Broker) openEntity(name string, id uint64, cfg projection.Config) (*Ent
 	if b.opts.NewBracket != nil {
 		e.bracket = b.opts.NewBracket()
 	}
+	if b.opts.Cluster != nil {
+		// The group's leader records the creation, once one leads.
+		e.raft.cfg = &cfg
+	}
 	if err := e.load(&rec); err != nil {
 		return nil, rec, err
 	}
 	st := e.st
 	e.start()
-	if b.opts.Cluster != nil {
-		// The group's leader records the creation, once one leads.
-		e.raft.cfg = &cfg
-	} else if !st.Created() {
+	if b.opts.Cluster == nil && !st.Created() {
 		if err := e.configure(cfg); err != nil {
 			e.close(false)
 			return nil, rec, err

@@ -174,7 +174,9 @@ func (m *Member) DurableIndex() uint64 { return m.durable.Load() }
 // committed, or with ErrNotLeader if the member lost its term first (the
 // entry may still be committed by the next leader: its fate is unknown,
 // as a timeout's is). An empty evs makes done a barrier for every append
-// before it.
+// before it. Appends come from one goroutine at a time (the owner's
+// actor): the indexes they are given are the order they must reach Raft
+// in.
 func (m *Member) Append(evs []event.Event, done func(error)) (uint64, error) {
 	m.mu.Lock()
 	if m.err != nil {

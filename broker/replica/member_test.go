@@ -43,28 +43,7 @@ func TestMembersFailOver(t *testing.T) {
 
 	// Every member holds every acknowledged send, at the index its
 	// acknowledgement gave, and all agree on everything committed.
-	want := c.owner(next).snapshot()
-	for id := range uint64(3) {
-		got := c.owner(id + 1).snapshot()
-		if !slices.Equal(got, want) {
-			t.Fatalf("member %d holds %d records, the leader %d; first difference at %d", id+1, len(got), len(want),
-				firstDiff(got, want))
-		}
-		// And its log holds what its owner holds.
-		onDisk := c.fromLog(t, id+1)
-		if len(onDisk) < len(want) || !slices.Equal(onDisk[:len(want)], want) {
-			t.Fatalf("member %d's log differs from its owner's state at %d", id+1, firstDiff(onDisk, want))
-		}
-	}
-	byIndex := map[uint64]string{}
-	for _, r := range want {
-		byIndex[r.index] = r.id
-	}
-	for _, a := range acked {
-		if byIndex[a.index] != a.id {
-			t.Fatalf("acknowledged send %s at log index %d: the log has %q there", a.id, a.index, byIndex[a.index])
-		}
-	}
+	c.agree(t, next, acked, logBegins)
 	if _, err := c.members[leader-1].Append([]event.Event{{Type: event.Enqueued, MessageID: "late"}}, nil); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("an append to a member that follows: %v", err)
 	}
@@ -138,26 +117,7 @@ func TestMembersPartitionedLeader(t *testing.T) {
 	c.isolate(old, false)
 	c.waitCaughtUp(next)
 
-	want := c.owner(next).snapshot()
-	for id := range uint64(3) {
-		if got := c.owner(id + 1).snapshot(); !slices.Equal(got, want) {
-			t.Fatalf("member %d holds %d records, the leader %d; first difference at %d", id+1, len(got), len(want),
-				firstDiff(got, want))
-		}
-		if onDisk := c.fromLog(t, id+1); !slices.Equal(onDisk, want) {
-			t.Fatalf("member %d's log (%d records) differs from the leader's state (%d) at %d", id+1, len(onDisk), len(want),
-				firstDiff(onDisk, want))
-		}
-	}
-	byIndex := map[uint64]string{}
-	for _, r := range want {
-		byIndex[r.index] = r.id
-	}
-	for _, a := range acked {
-		if byIndex[a.index] != a.id {
-			t.Fatalf("acknowledged append %s at log index %d: the log has %q there", a.id, a.index, byIndex[a.index])
-		}
-	}
+	c.agree(t, next, acked, logEquals)
 	t.Logf("%d acknowledged, %d failed when the leader was cut off", len(acked), failed)
 }
 
@@ -198,11 +158,39 @@ func TestMembersSnapshot(t *testing.T) {
 	if n := c.owner(leader).restored(); n != 1 {
 		t.Fatalf("the restarted leader restored %d snapshots, want 1", n)
 	}
-	want := c.owner(next).snapshot()
-	for id := range uint64(3) {
+	c.agree(t, next, acked, logCut)
+}
+
+// How agree compares a member's log with its owner's state.
+type logCheck int
+
+const (
+	logEquals logCheck = iota // the log holds the state, no more
+	logBegins                 // the log begins with the state
+	logCut                    // the log was cut in front: not compared
+)
+
+// agree checks the end of a test: every member's owner holds what the
+// leader's does, every member's log holds it (as logs says), and every
+// acknowledged append is at the log index its acknowledgement gave.
+func (c *testCluster) agree(t *testing.T, leader uint64, acked []ackedSend, logs logCheck) {
+	t.Helper()
+	want := c.owner(leader).snapshot()
+	for id := range uint64(len(c.members)) {
 		if got := c.owner(id + 1).snapshot(); !slices.Equal(got, want) {
 			t.Fatalf("member %d holds %d records, the leader %d; first difference at %d", id+1, len(got), len(want),
 				firstDiff(got, want))
+		}
+		if logs == logCut {
+			continue
+		}
+		onDisk := c.fromLog(t, id+1)
+		if logs == logBegins && len(onDisk) > len(want) {
+			onDisk = onDisk[:len(want)]
+		}
+		if !slices.Equal(onDisk, want) {
+			t.Fatalf("member %d's log (%d records) differs from the leader's state (%d) at %d", id+1, len(onDisk), len(want),
+				firstDiff(onDisk, want))
 		}
 	}
 	byIndex := map[uint64]string{}
@@ -211,7 +199,7 @@ func TestMembersSnapshot(t *testing.T) {
 	}
 	for _, a := range acked {
 		if byIndex[a.index] != a.id {
-			t.Fatalf("acknowledged send %s at log index %d: the state has %q there", a.id, a.index, byIndex[a.index])
+			t.Fatalf("acknowledged append %s at log index %d: the state has %q there", a.id, a.index, byIndex[a.index])
 		}
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,21 +25,8 @@ func TestClusterFailover(t *testing.T) {
 		fmt.Sscan(s, &kills)
 	}
 	ctx := context.Background()
-	config := filepath.Join(t.TempDir(), "Config.json")
-	if err := os.WriteFile(config, []byte(`{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns",
-		"Queues": [{"Name": "orders"}]}]}}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var peers []string
-	for id := 1; id <= 3; id++ {
-		peers = append(peers, fmt.Sprintf("%d=%s", id, freeAddr(t)))
-	}
-	nodes := map[int]*proc{}
-	for id := 1; id <= 3; id++ {
-		nodes[id] = startWalbus(t, t.TempDir(), "--config", config, "--cluster", "failover", "--node-id", fmt.Sprint(id),
-			"--peers", strings.Join(peers, ","))
-	}
-	h := &history{nodes: nodes}
+	nodes := startThree(t, "failover", ordersConfig(t, ""))
+	h := newHistory(nodes)
 	var took []time.Duration
 	for k := range kills {
 		leader := leaderNode(t, nodes, 0)

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -43,11 +42,7 @@ func TestClusterNemesis(t *testing.T) {
 		fmt.Sscan(s, &rounds)
 	}
 	ctx := context.Background()
-	config := filepath.Join(t.TempDir(), "Config.json")
-	if err := os.WriteFile(config, []byte(`{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns",
-		"Queues": [{"Name": "orders", "Properties": {"LockDuration": "PT30S"}}]}]}}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	config := ordersConfig(t, `{"LockDuration": "PT30S"}`)
 	// Node i listens at listen[i]; its link to node j goes through the
 	// proxy links[i][j], which the nemesis cuts.
 	listen := map[int]string{}
@@ -85,7 +80,7 @@ func TestClusterNemesis(t *testing.T) {
 			}
 		}
 	}
-	h := &history{nodes: nodes}
+	h := newHistory(nodes)
 
 	// Before the faults: messages scheduled for after them, and deferred.
 	leader := leaderNode(t, nodes, 0)
@@ -134,9 +129,11 @@ func TestClusterNemesis(t *testing.T) {
 
 // history is what the clients saw.
 type history struct {
-	nodes map[int]*proc
-	mu    sync.Mutex
-	sends []sendOp // in the order they were made, one at a time
+	// The nodes' HTTP addresses and connection strings, read once: the
+	// clients' goroutines must not read a proc that a restart writes.
+	http, conn map[int]string
+	mu         sync.Mutex
+	sends      []sendOp // in the order they were made, one at a time
 	// deliveries by MessageId, with their SequenceNumbers and when
 	deliveries map[string][]delivered
 	completed  map[int64]int        // SequenceNumber -> acknowledged completions
@@ -155,11 +152,18 @@ type delivered struct {
 	at  time.Time
 }
 
+func newHistory(nodes map[int]*proc) *history {
+	h := &history{http: map[int]string{}, conn: map[int]string{}}
+	for id, p := range nodes {
+		h.http[id], h.conn[id] = p.http, p.connString()
+	}
+	return h
+}
+
 // client is a Go SDK client of node id with short retries: the clients
 // find the next leader themselves.
 func (h *history) client(id int) *azservicebus.Client {
-	p := h.nodes[id]
-	c, err := azservicebus.NewClientFromConnectionString(p.connString(), &azservicebus.ClientOptions{
+	c, err := azservicebus.NewClientFromConnectionString(h.conn[id], &azservicebus.ClientOptions{
 		RetryOptions: azservicebus.RetryOptions{MaxRetries: 1, RetryDelay: 200 * time.Millisecond, MaxRetryDelay: time.Second}})
 	if err != nil {
 		panic(err)
@@ -169,8 +173,8 @@ func (h *history) client(id int) *azservicebus.Client {
 
 // leader is a node that says it leads the queue now, or 0.
 func (h *history) leader() int {
-	for id, p := range h.nodes {
-		if hh, err := healthOf(p); err == nil && hh.Cluster != nil && slices.Contains(hh.Cluster.Leading, "orders") {
+	for id, addr := range h.http {
+		if hh, err := healthAt(addr); err == nil && hh.Cluster != nil && slices.Contains(hh.Cluster.Leading, "orders") {
 			return id
 		}
 	}
@@ -218,38 +222,60 @@ func (h *history) prepare(t *testing.T, ctx context.Context, leader int) (schedu
 	return scheduled, deferred
 }
 
+// follow keeps a client on the node that leads the queue, made again
+// when the leader changes or after a failure (drop).
+type follow struct {
+	h  *history
+	at int
+	c  *azservicebus.Client
+}
+
+// client is a client of the node that leads now, and whether it is new;
+// nil while no node says it leads.
+func (f *follow) client(ctx context.Context) (*azservicebus.Client, bool) {
+	if leader := f.h.leader(); leader != f.at || f.c == nil {
+		f.drop(ctx)
+		if f.at = leader; leader == 0 {
+			return nil, false
+		}
+		f.c = f.h.client(leader)
+		return f.c, true
+	}
+	return f.c, false
+}
+
+func (f *follow) drop(ctx context.Context) {
+	if f.c != nil {
+		f.c.Close(ctx)
+		f.c = nil
+	}
+}
+
 // sendLoop sends one message at a time to whichever node leads.
 func (h *history) sendLoop(ctx context.Context, stop <-chan struct{}) {
-	var c *azservicebus.Client
+	f := &follow{h: h}
+	defer f.drop(ctx)
 	var s *azservicebus.Sender
-	at := 0
-	for n := 0; ; n++ {
+	for n := 0; ; {
 		select {
 		case <-stop:
-			if c != nil {
-				c.Close(ctx)
-			}
 			return
 		default:
 		}
-		if leader := h.leader(); leader != at || s == nil {
-			if c != nil {
-				c.Close(ctx)
-				c, s = nil, nil
-			}
-			if at = leader; at == 0 {
-				time.Sleep(100 * time.Millisecond)
-				n--
-				continue
-			}
-			c = h.client(at)
+		c, fresh := f.client(ctx)
+		if c == nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if fresh || s == nil {
 			var err error
 			if s, err = c.NewSender("orders", nil); err != nil {
-				s = nil
+				f.drop(ctx)
 				continue
 			}
 		}
 		id := fmt.Sprintf("m%d", n)
+		n++
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := s.SendMessage(sctx, &azservicebus.Message{MessageID: &id, Body: []byte(id)}, nil)
 		cancel()
@@ -257,43 +283,36 @@ func (h *history) sendLoop(ctx context.Context, stop <-chan struct{}) {
 		h.sends = append(h.sends, sendOp{id: id, ok: err == nil, end: time.Now()})
 		h.mu.Unlock()
 		if err != nil {
-			s = nil // find the leader again
+			f.drop(ctx) // find the leader again
 		}
 	}
 }
 
 // receiveLoop receives from whichever node leads and completes.
 func (h *history) receiveLoop(ctx context.Context, stop <-chan struct{}) {
-	var c *azservicebus.Client
+	f := &follow{h: h}
+	defer f.drop(ctx)
 	var r *azservicebus.Receiver
-	at := 0
 	for {
 		select {
 		case <-stop:
-			if c != nil {
-				c.Close(ctx)
-			}
 			return
 		default:
 		}
-		if leader := h.leader(); leader != at || r == nil {
-			if c != nil {
-				c.Close(ctx)
-				c, r = nil, nil
-			}
-			if at = leader; at == 0 {
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			c = h.client(at)
+		c, fresh := f.client(ctx)
+		if c == nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if fresh || r == nil {
 			var err error
 			if r, err = c.NewReceiverForQueue("orders", nil); err != nil {
-				r = nil
+				f.drop(ctx)
 				continue
 			}
 		}
 		if !h.receiveSome(ctx, r, time.Second) {
-			r = nil
+			f.drop(ctx)
 		}
 	}
 }

@@ -26,20 +26,7 @@ import (
 // others' logs, and shows the queue empty.
 func TestClusterProcesses(t *testing.T) {
 	ctx := context.Background()
-	config := filepath.Join(t.TempDir(), "Config.json")
-	if err := os.WriteFile(config, []byte(`{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns",
-		"Queues": [{"Name": "orders"}]}]}}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var peers []string
-	for id := 1; id <= 3; id++ {
-		peers = append(peers, fmt.Sprintf("%d=%s", id, freeAddr(t)))
-	}
-	nodes := map[int]*proc{}
-	for id := 1; id <= 3; id++ {
-		nodes[id] = startWalbus(t, t.TempDir(), "--config", config, "--cluster", "test", "--node-id", fmt.Sprint(id),
-			"--peers", strings.Join(peers, ","), "--raft-tick", "50ms")
-	}
+	nodes := startThree(t, "test", ordersConfig(t, ""), "--raft-tick", "50ms")
 	leader := leaderNode(t, nodes, 0)
 
 	client := nodes[leader].sdkClient()
@@ -150,6 +137,38 @@ func queueFigures(t *testing.T, p *proc, name string) (sent, active float64) {
 	return -1, -1
 }
 
+// ordersConfig writes a Config.json that creates the queue orders, with
+// properties if not "" (JSON), and returns its path.
+func ordersConfig(t *testing.T, properties string) string {
+	t.Helper()
+	queue := `{"Name": "orders"}`
+	if properties != "" {
+		queue = `{"Name": "orders", "Properties": ` + properties + `}`
+	}
+	path := filepath.Join(t.TempDir(), "Config.json")
+	body := `{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [` + queue + `]}]}}`
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startThree starts the three nodes of cluster name on loopback, each on
+// a data directory of its own with config, and args added.
+func startThree(t *testing.T, name, config string, args ...string) map[int]*proc {
+	t.Helper()
+	var peers []string
+	for id := 1; id <= 3; id++ {
+		peers = append(peers, fmt.Sprintf("%d=%s", id, freeAddr(t)))
+	}
+	nodes := map[int]*proc{}
+	for id := 1; id <= 3; id++ {
+		nodes[id] = startWalbus(t, t.TempDir(), append([]string{"--config", config, "--cluster", name,
+			"--node-id", fmt.Sprint(id), "--peers", strings.Join(peers, ",")}, args...)...)
+	}
+	return nodes
+}
+
 // freeAddr is a loopback address with a port nothing listens on now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -169,11 +188,14 @@ type clusterHealth struct {
 	} `json:"cluster"`
 }
 
-func healthOf(p *proc) (clusterHealth, error) {
+func healthOf(p *proc) (clusterHealth, error) { return healthAt(p.http) }
+
+// healthAt reads /health at an HTTP address.
+func healthAt(addr string) (clusterHealth, error) {
 	var h clusterHealth
 	// A short timeout: a paused node (SIGSTOP) must not hold the caller.
 	client := &http.Client{Timeout: time.Second}
-	resp, err := client.Get("http://" + p.http + "/health")
+	resp, err := client.Get("http://" + addr + "/health")
 	if err != nil {
 		return h, err
 	}
