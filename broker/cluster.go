@@ -78,7 +78,7 @@ func (b *Broker) member(group uint64) *replica.Member {
 // Leading is the names of the entities this node leads, sorted (every
 // entity, on a single node).
 func (b *Broker) Leading() []string {
-	var out []string
+	out := []string{}
 	for _, e := range b.Entities() {
 		if e.Leading() {
 			out = append(out, e.Name())

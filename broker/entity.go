@@ -209,7 +209,9 @@ func (e *Entity) run() {
 		case <-e.wake:
 			e.bracket.Open()
 			e.durable = e.log.DurableIndex()
-			e.raftTold()
+			if e.b.opts.Cluster != nil {
+				e.raftTold()
+			}
 		case <-e.quit:
 			e.stop()
 			return
