@@ -84,7 +84,7 @@ full-size:
 	WALBUS_SIM_SEEDS=2000 $(GO) test -count=1 -timeout 10m -run '^TestSimulatedGroup$$' ./broker/replica
 	WALBUS_SIM_SEEDS=300 $(GO) test -count=1 -timeout 10m -run '^TestSimulatedGroupOnDisk$$' ./broker/replica
 	WALBUS_SIM_SEEDS=600 $(GO) test -count=1 -timeout 10m -run '^TestReplicatedAgainstModel$$' ./projection
-	WALBUS_NEMESIS_ROUNDS=12 $(GO) test -count=1 -timeout 10m -run '^TestClusterNemesis$$' ./cmd/walbus
+	WALBUS_NEMESIS_ROUNDS=8 $(GO) test -count=1 -timeout 10m -run '^TestClusterNemesis$$' ./cmd/walbus
 
 # A short standard set of walbus bench runs (SDK and go-amqp sends, a paced send and
 # receive, a drain) against a fresh walbus serve --sync always, and the paced ones again against

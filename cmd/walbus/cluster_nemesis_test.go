@@ -42,7 +42,7 @@ func TestClusterNemesis(t *testing.T) {
 		fmt.Sscan(s, &rounds)
 	}
 	ctx := context.Background()
-	config := ordersConfig(t, `{"LockDuration": "PT30S"}`)
+	config := ordersConfig(t, `{"LockDuration": "PT10S"}`)
 	// Node i listens at listen[i]; its link to node j goes through the
 	// proxy links[i][j], which the nemesis cuts.
 	listen := map[int]string{}
@@ -321,23 +321,31 @@ func (h *history) receiveLoop(ctx context.Context, stop <-chan struct{}) {
 // reports whether the receiver still works.
 func (h *history) receiveSome(ctx context.Context, r *azservicebus.Receiver, wait time.Duration) bool {
 	rctx, cancel := context.WithTimeout(ctx, wait)
-	msgs, err := r.ReceiveMessages(rctx, 20, nil)
+	msgs, err := r.ReceiveMessages(rctx, 50, nil)
 	cancel()
 	if err != nil && rctx.Err() == nil {
 		return false
 	}
+	// Completed side by side: one after the other, each a quorum's
+	// round, the receiver falls behind a sender that sends one at a time.
+	var wg sync.WaitGroup
 	for _, m := range msgs {
 		h.delivered(m)
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := r.CompleteMessage(cctx, m, nil)
-		cancel()
-		if err == nil {
-			h.mu.Lock()
-			h.completed[*m.SequenceNumber]++
-			h.doneAt[m.MessageID] = time.Now()
-			h.mu.Unlock()
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := r.CompleteMessage(cctx, m, nil)
+			cancel()
+			if err == nil {
+				h.mu.Lock()
+				h.completed[*m.SequenceNumber]++
+				h.doneAt[m.MessageID] = time.Now()
+				h.mu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
 	return true
 }
 
@@ -359,20 +367,41 @@ func (h *history) drain(t *testing.T, ctx context.Context, leader int, deferred 
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The scheduled messages come due 20 s after the start.
-	deadline := time.Now().Add(40 * time.Second)
-	for time.Now().Before(deadline) {
+	// The scheduled messages come due 20 s after the start. The drain
+	// ends once they came and a peek finds nothing but the deferred
+	// messages: a message the clients' last receive locked, and never
+	// returned when its link closed, is locked until its lock runs out,
+	// and then comes again.
+	isDeferred := map[int64]bool{}
+	for _, seq := range deferred {
+		isDeferred[seq] = true
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("the drain did not end in 3 minutes (%d deliveries so far)", h.count())
+		}
+		if !h.receiveSome(ctx, r, 2*time.Second) {
+			t.Fatal("the receiver on the final leader fails")
+		}
 		h.mu.Lock()
 		due := true
 		for _, id := range h.scheduled {
 			due = due && len(h.deliveries[id]) > 0
 		}
 		h.mu.Unlock()
-		before := h.count()
-		if !h.receiveSome(ctx, r, 2*time.Second) {
-			t.Fatal("the receiver on the final leader fails")
+		from := int64(0)
+		left, err := r.PeekMessages(ctx, 10, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &from})
+		if err != nil {
+			t.Fatalf("peek on the final leader: %v", err)
 		}
-		if due && h.count() == before {
+		others := 0
+		for _, m := range left {
+			if !isDeferred[*m.SequenceNumber] {
+				others++
+			}
+		}
+		if due && others == 0 {
 			break
 		}
 	}
