@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -169,16 +171,46 @@ func startThree(t *testing.T, name, config string, args ...string) map[int]*proc
 	return nodes
 }
 
-// freeAddr is a loopback address with a port nothing listens on now.
+// freeAddr is a loopback address with a port nothing listens on now,
+// for a node to listen at later (its peers must know the address before
+// it starts). The port comes from below the kernel's ephemeral range:
+// ports from ":0" and outgoing connections are drawn from that range, so
+// one of them could take a port chosen there before the node binds it
+// (CI saw it), or while a killed node is down. Ports are not handed out
+// twice in one test process.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var lo, hi int
+		if n, _ := fmt.Sscan(string(b), &lo, &hi); n == 2 && lo > 12000 {
+			low = lo
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	for range 1000 {
+		port := 10000 + rand.IntN(low-10000)
+		if freePorts.given[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		freePorts.given[port] = true
+		return ln.Addr().String()
+	}
+	t.Fatal("no free port below the ephemeral range")
+	return ""
 }
+
+// freePorts are the ports freeAddr gave.
+var freePorts = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
 
 type clusterHealth struct {
 	Status  string `json:"status"`
