@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,8 @@ type Cluster struct {
 	Send func(group uint64, m *pb.Message)
 	// Tick is Raft's tick (100 ms if 0); an election takes 10 of them.
 	Tick time.Duration
+	// Counters, if set, add up the node's Raft figures (for /metrics).
+	Counters *replica.Counters
 }
 
 // ErrNotLeader refuses an operation on an entity this node does not lead
@@ -60,6 +63,27 @@ func (b *Broker) ReportUnreachable(to uint64) {
 			l.ReportUnreachable(to)
 		}
 	}
+}
+
+// GroupStatus is one entity's group as this node's member sees it.
+type GroupStatus struct {
+	Entity string `json:"entity"`
+	Group  uint64 `json:"group"`
+	replica.Status
+}
+
+// ClusterStatus is every entity's group as this node's members see it,
+// by entity name (none on a single node). It does not wait for the
+// entities' actors.
+func (b *Broker) ClusterStatus() []GroupStatus {
+	var out []GroupStatus
+	for _, e := range b.Entities() {
+		if l, ok := (*e.logRef.Load()).(memberLog); ok {
+			out = append(out, GroupStatus{Entity: e.name, Group: e.id, Status: l.Status()})
+		}
+	}
+	slices.SortFunc(out, func(a, b GroupStatus) int { return strings.Compare(a.Entity, b.Entity) })
+	return out
 }
 
 // member is the group member of the entity whose group is group, if this
@@ -163,6 +187,7 @@ func (e *Entity) loadMember() error {
 		Send:     func(m *pb.Message) { c.Send(e.id, m) },
 		Owner:    owner,
 		OnCommit: wake,
+		Counters: c.Counters,
 	})
 	if err != nil {
 		return fmt.Errorf("entity %s: %w", e.name, err)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/walbus/walbus/log"
@@ -53,6 +54,7 @@ type Member struct {
 	pending  []*proposal // appended, not yet committed, in log order
 	leadFrom uint64      // the Raft index it must apply before it serves, 0 if not leader
 	closeErr error
+	seen     raft.BasicStatus // the role and leader roles last saw, for Counters
 }
 
 // proposal is an append on its way: an entry (data non-nil) or a barrier.
@@ -63,6 +65,7 @@ type proposal struct {
 	term  uint64
 	done  func(error)
 	entry bool
+	at    time.Time // when it was proposed
 }
 
 // MemberConfig configures a Member.
@@ -79,6 +82,9 @@ type MemberConfig struct {
 	// OnCommit, if set, is called on the member's goroutine when
 	// DurableIndex moves. It must not block.
 	OnCommit func()
+	// Counters, if set, add up the member's Raft figures with its node's
+	// other members'.
+	Counters *Counters
 }
 
 // Owner is what a Member tells the entity's actor.
@@ -284,7 +290,12 @@ func (m *Member) run() {
 	defer close(m.done)
 	tick := time.NewTicker(m.cfg.Tick)
 	defer tick.Stop()
-	send := func(msg *pb.Message) { m.cfg.Send(msg) }
+	send := func(msg *pb.Message) {
+		if c := m.cfg.Counters; c != nil && msg.GetType() == pb.MsgSnap {
+			c.SnapshotsSent.Add(1)
+		}
+		m.cfg.Send(msg)
+	}
 	for {
 		select {
 		case <-m.quit:
@@ -353,6 +364,7 @@ func (m *Member) propose(p *proposal) {
 		return
 	}
 	if p.entry {
+		p.at = time.Now()
 		if err := m.g.Propose(p.data); err != nil {
 			fail(p, ErrNotLeader)
 			m.fail(ErrNotLeader)
@@ -375,6 +387,16 @@ func fail(p *proposal, err error) {
 // nothing more ready: what it appended (a new leader's empty entry) is
 // in the storage.
 func (m *Member) roles(settled bool) {
+	if c := m.cfg.Counters; c != nil {
+		bs := m.g.node.BasicStatus()
+		if bs.RaftState == raft.StateCandidate && m.seen.RaftState != raft.StateCandidate {
+			c.Elections.Add(1)
+		}
+		if bs.Lead != 0 && bs.Lead != m.seen.Lead {
+			c.LeaderChanges.Add(1)
+		}
+		m.seen = bs
+	}
 	leader, term := m.g.IsLeader(), m.g.Term()
 	m.mu.Lock()
 	serving, ledTerm := m.leading, m.term
@@ -474,6 +496,9 @@ func (mm memberMachine) Apply(index uint64, data []byte) error {
 		// Its own, appended in this term: the owner has it.
 		p := m.pending[0]
 		m.pending = m.pending[1:]
+		if c := m.cfg.Counters; c != nil && c.Commit != nil {
+			c.Commit(time.Since(p.at))
+		}
 		fail(p, nil)
 		m.release()
 		return nil
@@ -498,6 +523,9 @@ func (mm memberMachine) Restore(snap *pb.Snapshot) error {
 		return err
 	}
 	mm.m.durable.Store(logIndex)
+	if c := mm.m.cfg.Counters; c != nil {
+		c.SnapshotsReceived.Add(1)
+	}
 	mm.m.cfg.Owner.Restore(logIndex, state)
 	return nil
 }
