@@ -158,8 +158,8 @@ func (l memberLog) ReadAhead(index uint64, _ event.Position, w *log.Window) (eve
 	return l.Log().ReadAhead(index, pos, w)
 }
 
-// Reclaimable and TruncateFront: a member's log is cut by its snapshots,
-// which are not taken yet (docs/cluster.md).
+// Reclaimable and TruncateFront: a member's log is cut by its snapshots
+// (Member.Compact), not by the entity's compaction.
 func (l memberLog) Reclaimable(uint64) int64 { return 0 }
 func (l memberLog) TruncateFront(uint64) (uint64, error) {
 	return l.Log().FirstIndex(), nil
@@ -180,11 +180,31 @@ func (e *Entity) loadMember() error {
 		default:
 		}
 	}
+	archives, err := log.OpenArchives(layout.ArchiveDir(e.dir))
+	if err != nil {
+		return fmt.Errorf("entity %s: %w", e.name, err)
+	}
+	e.closeArchives()
+	e.setArchives(archives)
 	opts := b.logOptions(e.name, nil, func(error) { wake() }, e.bracket)
-	m, err := replica.OpenMember(replica.MemberConfig{
+	// A snapshot for a member behind is sent with the records it reads,
+	// off the member's goroutine, once the member is known.
+	var m *replica.Member
+	opened := make(chan struct{})
+	send := func(msg *pb.Message) {
+		if msg.GetType() == pb.MsgSnap {
+			go func() {
+				<-opened
+				e.sendSnapshot(m, msg)
+			}()
+			return
+		}
+		c.Send(e.id, msg)
+	}
+	m, err = replica.OpenMember(replica.MemberConfig{
 		Config: replica.Config{ID: c.ID, Peers: c.Peers},
 		Dir:    e.dir, Log: opts, Tick: c.Tick,
-		Send:     func(m *pb.Message) { c.Send(e.id, m) },
+		Send:     send,
 		Owner:    owner,
 		OnCommit: wake,
 		Counters: c.Counters,
@@ -192,6 +212,7 @@ func (e *Entity) loadMember() error {
 	if err != nil {
 		return fmt.Errorf("entity %s: %w", e.name, err)
 	}
+	close(opened)
 	if layout.LogDir(e.dir) != m.Log().Dir() {
 		m.Close()
 		return fmt.Errorf("entity %s: its member's log is in %s, not %s", e.name, m.Log().Dir(), layout.LogDir(e.dir))
@@ -245,18 +266,9 @@ func (o *entityOwner) Apply(evs []event.Event) {
 
 func (o *entityOwner) Restore(logIndex uint64, state []byte) {
 	o.tell(func(e *Entity) {
-		st, err := projection.Decode(state)
-		if err == nil && st.LastIndex() != logIndex {
-			err = fmt.Errorf("a snapshot at log index %d holds a state at %d", logIndex, st.LastIndex())
+		if err := e.restoreMember(logIndex, state); err != nil {
+			e.fail(fmt.Errorf("restore a snapshot: %w", err))
 		}
-		if err != nil {
-			e.fail(fmt.Errorf("restore the leader's snapshot: %w", err))
-			return
-		}
-		e.st = st
-		e.cache = newBodyCache(e.b.opts.CacheBytes)
-		cfg := st.Config()
-		e.cfg.Store(&cfg)
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/walbus/walbus/broker/replica"
 	"github.com/walbus/walbus/log/event"
 	"github.com/walbus/walbus/projection"
 )
@@ -189,10 +191,14 @@ type testCluster struct {
 	t    *testing.T
 	net  *testNet
 	dirs map[uint64]string
+	tune func(id uint64, o *Options) // if set, changes each node's options
 }
 
-func newCluster(t *testing.T) *testCluster {
+func newCluster(t *testing.T, tune ...func(id uint64, o *Options)) *testCluster {
 	c := &testCluster{t: t, net: &testNet{brokers: map[uint64]*Broker{}, cut: map[uint64]bool{}}, dirs: map[uint64]string{}}
+	if len(tune) > 0 {
+		c.tune = tune[0]
+	}
 	for id := uint64(1); id <= 3; id++ {
 		c.dirs[id] = filepath.Join(t.TempDir(), fmt.Sprint(id))
 		if _, err := c.open(id).CreateQueue("orders", projection.DefaultConfig()); err != nil {
@@ -216,8 +222,12 @@ func newCluster(t *testing.T) *testCluster {
 func (c *testCluster) open(id uint64) *Broker {
 	// A cache of one byte: every message body is read back from the
 	// member's log, by the positions its storage recorded.
-	b := openBroker(c.t, Options{Dir: c.dirs[id], Seed: id, CacheBytes: 1,
-		Cluster: &Cluster{ID: id, Peers: []uint64{1, 2, 3}, Send: c.net.sender(id), Tick: 10 * time.Millisecond}})
+	o := Options{Dir: c.dirs[id], Seed: id, CacheBytes: 1,
+		Cluster: &Cluster{ID: id, Peers: []uint64{1, 2, 3}, Send: c.net.sender(id), Tick: 10 * time.Millisecond}}
+	if c.tune != nil {
+		c.tune(id, &o)
+	}
+	b := openBroker(c.t, o)
 	c.net.mu.Lock()
 	c.net.brokers[id] = b
 	c.net.mu.Unlock()
@@ -329,4 +339,146 @@ func waitSame(t *testing.T, e *Entity, want []Delivery) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestClusterSnapshotCatchUp: a node is down while its queue's leader
+// takes a backlog of 30 messages, defers them, and then takes and
+// removes enough others to be snapshotted several times. The leader's
+// log is cut in front of its snapshots, but not before the backlog,
+// whose bodies are records there. The node comes back behind the
+// leader's log and catches up from a snapshot that carries those
+// records; it holds the same messages, reads their bodies from its
+// archive (its cache holds one byte), and keeps them across a restart.
+// Once it leads, it hands the deferred messages out.
+func TestClusterSnapshotCatchUp(t *testing.T) {
+	counters := map[uint64]*replica.Counters{}
+	for id := uint64(1); id <= 3; id++ {
+		counters[id] = &replica.Counters{}
+	}
+	c := newCluster(t, func(id uint64, o *Options) {
+		o.SegmentSize, o.SnapshotEvery = 16<<10, 100
+		o.Cluster.Counters = counters[id]
+	})
+	leader := c.leaderOf(0)
+	behind := leader%3 + 1
+	c.down(behind)
+
+	e := c.entity(leader)
+	sendUntilCreated(t, e, []projection.Message{{MessageID: "fill-first", Body: []byte("x")}})
+	got := make(chan Delivery, 64)
+	rd, err := e.Attach(ReceiverOptions{Name: "rd", Queue: event.MainQueue, Mode: ReceiveAndDelete, Deliver: func(d Delivery) { got <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Filler, taken as it comes: the deferred backlog stays.
+	var taken uint64
+	body := make([]byte, 1024)
+	fill := func(rounds int) {
+		for range rounds {
+			round := taken / 40
+			var msgs []projection.Message
+			for i := range 40 {
+				msgs = append(msgs, projection.Message{MessageID: fmt.Sprintf("fill-%d-%d", round, i), Body: body})
+			}
+			if round == 0 {
+				msgs = msgs[:39] // and the first one
+			}
+			sendSync(t, e, msgs...)
+			taken += 40
+			rd.SetLimit(taken)
+			for range 40 {
+				if d := nextDelivery(t, got); !strings.HasPrefix(d.MessageID, "fill-") {
+					t.Fatalf("deferred message %s delivered", d.MessageID)
+				}
+			}
+		}
+	}
+	fill(4)
+
+	var backlog []projection.Message
+	for i := range 30 {
+		backlog = append(backlog, projection.Message{MessageID: fmt.Sprintf("keep-%d", i), Body: fmt.Appendf(nil, "kept body %d", i)})
+	}
+	sendSync(t, e, backlog...)
+	r, err := e.Attach(ReceiverOptions{Name: "r", Queue: event.MainQueue, Mode: PeekLock, Deliver: func(d Delivery) { got <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetLimit(uint64(len(backlog)))
+	var deferred []uint64
+	for range backlog {
+		d := nextDelivery(t, got)
+		settleSync(t, e, d, Settlement{Outcome: Defer})
+		deferred = append(deferred, d.Seq)
+	}
+	r.Detach(nil)
+	fill(8)
+	rd.Detach(nil)
+	st := groupStatus(t, c.broker(leader))
+	if st.Snapshot == 0 {
+		t.Fatalf("the leader took no snapshot: %+v", st)
+	}
+	final := peekAll(t, e)
+	if len(final) != len(backlog) {
+		t.Fatalf("the leader holds %d messages, want the %d deferred", len(final), len(backlog))
+	}
+	if first := e.log.FirstIndex(); first <= 1 || first > final[0].Seq {
+		t.Fatalf("the leader's log begins at %d; the backlog at %d (snapshot at entry %d)", first, final[0].Seq, st.Snapshot)
+	}
+
+	c.open(behind)
+	waitSame(t, c.entity(behind), final)
+	if n := counters[behind].SnapshotsReceived.Load(); n == 0 {
+		t.Fatalf("node %d caught up without a snapshot", behind)
+	}
+	if n := counters[leader].SnapshotsSent.Load(); n == 0 {
+		t.Fatal("the leader sent no snapshot")
+	}
+	c.down(behind)
+	c.open(behind)
+	waitSame(t, c.entity(behind), final)
+
+	// The node that caught up leads: it hands out the deferred messages.
+	for range 20 {
+		l := c.leaderOf(0)
+		if l == behind {
+			break
+		}
+		c.down(l)
+		c.leaderOf(l)
+		c.open(l)
+	}
+	if l := c.leaderOf(0); l != behind {
+		t.Fatalf("node %d never led in 20 elections", behind)
+	}
+	ch := make(chan []Delivery, 1)
+	c.entity(behind).ReceiveDeferred(event.MainQueue, "r", "", deferred, PeekLock, func(ds []Delivery, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- ds
+	})
+	ds := <-ch
+	if !sameMessages(ds, final) {
+		t.Fatalf("node %d hands out %v, want %v", behind, seqs(ds), seqs(final))
+	}
+}
+
+// broker is node id's broker.
+func (c *testCluster) broker(id uint64) *Broker {
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	return c.net.brokers[id]
+}
+
+// groupStatus is the status of the queue's group on b.
+func groupStatus(t *testing.T, b *Broker) GroupStatus {
+	t.Helper()
+	for _, g := range b.ClusterStatus() {
+		if g.Entity == "orders" {
+			return g
+		}
+	}
+	t.Fatal("no group for the queue")
+	return GroupStatus{}
 }

@@ -84,6 +84,7 @@ func archiveBytes(archives []*log.Archive) int64 {
 func (e *Entity) setArchives(archives []*log.Archive) {
 	e.archives = archives
 	e.arcBytes.Store(archiveBytes(archives))
+	e.arcList.Store(&archives)
 }
 
 // planCompaction runs off the actor after the snapshot at index of st was

@@ -34,8 +34,10 @@ type Entity struct {
 	// logRef is log for readers off the actor (Bytes); the actor swaps
 	// log when it recovers.
 	logRef atomic.Pointer[entityLog]
-	// arcBytes is the size of archives, for the same readers.
+	// arcBytes is the size of archives, and arcList the archives, for
+	// the same readers.
 	arcBytes atomic.Int64
+	arcList  atomic.Pointer[[]*log.Archive]
 	// created and updated are when the namespace recorded the entity and
 	// its last change (unix ns), for the administration API.
 	created, updated atomic.Int64
@@ -232,6 +234,7 @@ func (e *Entity) settleDown() {
 	}
 	if e.failed == nil && e.following() {
 		e.durable = e.log.DurableIndex()
+		e.maybeSnapshot()
 	} else if e.failed == nil {
 		e.durable = e.log.DurableIndex()
 		e.trimCache()
@@ -492,10 +495,11 @@ func (e *Entity) tick() {
 // goroutine.
 func (e *Entity) maybeSnapshot() {
 	o := e.b.opts
-	if o.Cluster != nil {
-		return // in a cluster, not yet: a snapshot is to become the member's (docs/cluster.md)
-	}
 	if e.snap.running || e.snap.sinceLast < o.SnapshotEvery && e.log.Bytes()-e.snap.bytesAt < o.SnapshotBytes {
+		return
+	}
+	if l, ok := e.log.(memberLog); ok {
+		e.startMemberSnapshot(l)
 		return
 	}
 	e.startSnapshot(nil)

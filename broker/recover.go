@@ -140,5 +140,5 @@ func (e *Entity) closeArchives() {
 	for _, a := range e.archives {
 		a.Close()
 	}
-	e.archives = nil
+	e.setArchives(nil)
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -61,6 +62,8 @@ type LogStorage struct {
 	posMu   sync.RWMutex
 	pos     []event.Position
 	posBase uint64
+
+	shared atomic.Pointer[log.Log] // log, for Log
 }
 
 // entryRef is where an entry's records are: from log index start, n of
@@ -128,6 +131,7 @@ func (s *LogStorage) openLog() error {
 			var ok bool
 			if ents, ok, err = s.follows(ents, l); ok {
 				s.log, s.ents = l, ents
+				s.shared.Store(l)
 				s.posMu.Lock()
 				s.pos, s.posBase = pos, l.FirstIndex()
 				s.posMu.Unlock()
@@ -505,6 +509,14 @@ func (s *LogStorage) StageSnapshot(snap *pb.Snapshot) error {
 // by its state machine, whose state data holds) and drops the log before
 // it, as far as whole segments allow.
 func (s *LogStorage) CreateSnapshot(index uint64, cs *pb.ConfState, data []byte) error {
+	return s.CreateSnapshotKeeping(index, cs, data, 0)
+}
+
+// CreateSnapshotKeeping is CreateSnapshot for a state that still reads
+// records of the log before the snapshot: the log is kept from log index
+// keep on (0: nothing is kept). Raft no longer serves the entries before
+// the snapshot either way.
+func (s *LogStorage) CreateSnapshotKeeping(index uint64, cs *pb.ConfState, data []byte, keep uint64) error {
 	if index <= s.snapIndex() {
 		return raft.ErrSnapOutOfDate
 	}
@@ -526,7 +538,14 @@ func (s *LogStorage) CreateSnapshot(index uint64, cs *pb.ConfState, data []byte)
 	}
 	s.ents = s.ents[index-s.snapIndex():]
 	s.snap, s.snapLog = snap, logIndex
-	first, err := s.log.TruncateFront(logIndex + 1)
+	cut := logIndex + 1
+	if keep > 0 {
+		cut = min(cut, keep)
+	}
+	if cut <= s.log.FirstIndex() {
+		return nil
+	}
+	first, err := s.log.TruncateFront(cut)
 	if err != nil {
 		return err
 	}
@@ -564,8 +583,10 @@ func (s *LogStorage) EntryEnding(logIndex uint64) (uint64, bool) {
 // Close closes the log.
 func (s *LogStorage) Close() error { return s.log.Close() }
 
-// Log is the entity log under the storage, for reading events.
-func (s *LogStorage) Log() *log.Log { return s.log }
+// Log is the entity log under the storage, for reading events. It is
+// safe for concurrent use; a leader's snapshot replaces the log (the one
+// before is closed).
+func (s *LogStorage) Log() *log.Log { return s.shared.Load() }
 
 // LogIndex is where entry i's records are in the log: the first and the
 // last log index.

@@ -138,8 +138,18 @@ func (m *storageModel) step() {
 		at := m.first() + m.rng.Uint64N(c-m.first()+1)
 		cs := &pb.ConfState{Voters: []uint64{1, 2, 3}}
 		data := EncodeSnapshot(m.ends[at], fmt.Appendf(nil, "state at %d", at))
-		if err := m.s.CreateSnapshot(at, cs, data); err != nil {
+		// Half the time the state still reads records before the
+		// snapshot: the log keeps them.
+		var keep uint64
+		if m.rng.IntN(2) == 0 {
+			keep = 1 + m.rng.Uint64N(m.ends[at]+1)
+		}
+		before := m.s.Log().FirstIndex()
+		if err := m.s.CreateSnapshotKeeping(at, cs, data, keep); err != nil {
 			t.Fatalf("snapshot at %d: %v", at, err)
+		}
+		if first := m.s.Log().FirstIndex(); keep > 0 && first > max(keep, before) {
+			t.Fatalf("snapshot at %d keeping log index %d on: the log begins at %d", at, keep, first)
 		}
 		if _, err := m.ms.CreateSnapshot(at, cs, data); err != nil {
 			t.Fatal(err)

@@ -218,10 +218,12 @@ func (m *Member) Append(evs []event.Event, done func(error)) (uint64, error) {
 func (m *Member) AppendLazy(evs []event.Event) (uint64, error) { return m.Append(evs, nil) }
 
 // Compact makes state, the owner's state as of log index logIndex, the
-// member's snapshot, and drops the log in front of it: a member far
-// behind then catches up from the snapshot (Owner.Restore). logIndex
-// must end an entry the member committed and applied.
-func (m *Member) Compact(logIndex uint64, state []byte) error {
+// member's snapshot, and drops the log in front of it, but for the
+// records from log index keep on, which the state still reads (0: none):
+// a member far behind then catches up from the snapshot
+// (Owner.Restore). logIndex must end an entry the member committed and
+// applied.
+func (m *Member) Compact(logIndex uint64, state []byte, keep uint64) error {
 	res := make(chan error, 1)
 	call := func() {
 		index, ok := m.st.EntryEnding(logIndex)
@@ -235,7 +237,7 @@ func (m *Member) Compact(logIndex uint64, state []byte) error {
 		}
 		cs, err := m.g.ConfStateAt(index)
 		if err == nil {
-			err = m.st.CreateSnapshot(index, cs, EncodeSnapshot(logIndex, state))
+			err = m.st.CreateSnapshotKeeping(index, cs, EncodeSnapshot(logIndex, state), keep)
 		}
 		res <- err
 	}

@@ -134,10 +134,10 @@ func TestMembersSnapshot(t *testing.T) {
 	c.kill(follower)
 	acked := c.sends(t, leader, 100)
 	at := acked[len(acked)-1].index
-	if err := c.members[leader-1].Compact(at, encodeRecs(c.owner(leader).snapshot(), at)); err != nil {
+	if err := c.members[leader-1].Compact(at, encodeRecs(c.owner(leader).snapshot(), at), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.members[leader-1].Compact(at-1, nil); err == nil {
+	if err := c.members[leader-1].Compact(at-1, nil, 0); err == nil {
 		t.Fatal("a snapshot inside an entry, or behind the last, was taken")
 	}
 	acked = append(acked, c.sends(t, leader, 10)...)
