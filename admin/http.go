@@ -1,5 +1,5 @@
 // Package admin is walbus's HTTP side: /health for readiness, /metrics for
-// Prometheus.
+// Prometheus, /cluster for a cluster's node.
 package admin
 
 import (
@@ -17,18 +17,8 @@ type Health struct {
 	stopping atomic.Bool
 	entities atomic.Int64
 	degraded atomic.Pointer[func() string]
-	cluster  atomic.Pointer[func() ClusterHealth]
+	cluster  atomic.Pointer[func() ClusterStatus]
 }
-
-// ClusterHealth is what /health says of a cluster's node: which node it
-// is, and the entities it leads (it follows the others).
-type ClusterHealth struct {
-	Node    uint64   `json:"node"`
-	Leading []string `json:"leading"`
-}
-
-// SetCluster makes /health say the node's role, as f tells it.
-func (h *Health) SetCluster(f func() ClusterHealth) { h.cluster.Store(&f) }
 
 // SetDegraded makes /health ask reason whether the broker serves only in
 // part (a low disk): a reason that is not "" makes the status "degraded",
@@ -63,7 +53,7 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(code)
 	var cluster *ClusterHealth
 	if f := h.cluster.Load(); f != nil && h.ready.Load() {
-		c := (*f)()
+		c := NewClusterHealth((*f)())
 		cluster = &c
 	}
 	json.NewEncoder(w).Encode(struct {
@@ -74,11 +64,12 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}{status, reason, h.entities.Load(), cluster})
 }
 
-// Handler serves /health and /metrics, and everything else with api (the
-// administration API; nil for none).
+// Handler serves /health, /metrics and /cluster, and everything else
+// with api (the administration API; nil for none).
 func Handler(h *Health, m *Metrics, api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /health", h)
+	mux.Handle("GET /cluster", clusterHandler{h, api})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	if api != nil {
 		mux.Handle("/", api)

@@ -15,7 +15,9 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/walbus/walbus/admin"
 	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/broker/replica"
 	"github.com/walbus/walbus/broker/replica/peer"
 )
 
@@ -121,8 +123,9 @@ func (c *clusterConfig) add(id uint64, addr string) error {
 }
 
 // clusterNode is a node's side of the cluster: the peer transport and the
-// broker's options for it. The broker is set once it is open; messages
-// that come before are dropped (Raft sends again).
+// broker's options for it (with Counters of their own, for /metrics). The
+// broker is set once it is open; messages that come before are dropped
+// (Raft sends again).
 type clusterNode struct {
 	cfg       *clusterConfig
 	transport *peer.Transport
@@ -161,6 +164,11 @@ func startCluster(c *clusterConfig, tick time.Duration, logger *slog.Logger) (*c
 	}
 	n.transport = tr
 	logger.Info("listening", "peers", tr.Addr(), "cluster", c.name, "node", c.node)
-	return n, &broker.Cluster{ID: c.node, Peers: ids, Tick: tick,
+	return n, &broker.Cluster{ID: c.node, Peers: ids, Tick: tick, Counters: &replica.Counters{},
 		Send: func(group uint64, m *pb.Message) { tr.Send(group, []*pb.Message{m}) }}, nil
+}
+
+// status is the node as GET /cluster shows it, b's groups included.
+func (n *clusterNode) status(b *broker.Broker) admin.ClusterStatus {
+	return admin.ClusterStatus{Node: n.cfg.node, Cluster: n.cfg.name, Peers: n.cfg.nodes, Groups: b.ClusterStatus()}
 }

@@ -34,6 +34,8 @@ func run(args []string) int {
 		return entityCmd(args[0], args[1:])
 	case "dlq":
 		return dlqCmd(args[1:])
+	case "cluster":
+		return clusterCmd(args[1:])
 	case "replay", "audit", "state", "verify", "dump":
 		return toolsCmd(args[0], args[1:])
 	case "help", "-h", "--help":
@@ -52,6 +54,7 @@ Usage:
   walbus serve [flags]    run the broker (walbus serve --help for its flags)
   walbus cert [flags]     write a local CA and server certificate for TLS
   walbus bench [flags]    load a broker with real clients and report throughput and latency
+  walbus cluster status --http HOST:PORT,...   a cluster's members, leaders and lag
 
 Entities of a running walbus (through its administration API):
   walbus queue create|get|list|update|delete NAME [flags]

@@ -406,6 +406,7 @@ func serve(args []string) int {
 			return 1
 		}
 		defer cluster.transport.Close()
+		metrics.SetRaftCounters(brokerCluster.Counters)
 	}
 	policy, _ := log.ParseSyncPolicy(o.sync)
 	var release memoryReleaser
@@ -436,9 +437,7 @@ func serve(args []string) int {
 	metrics.SetBroker(b)
 	if cluster != nil {
 		cluster.broker.Store(b)
-		health.SetCluster(func() admin.ClusterHealth {
-			return admin.ClusterHealth{Node: cluster.cfg.node, Leading: b.Leading()}
-		})
+		health.SetCluster(func() admin.ClusterStatus { return cluster.status(b) })
 	}
 	metrics.SetCacheStats(b.CacheStats)
 	health.SetDegraded(func() string {
