@@ -109,6 +109,9 @@ func New(cfg Config, storage Storage, sm StateMachine, applied uint64) (*Group, 
 		// comes back does not depose a healthy leader.
 		CheckQuorum: true,
 		PreVote:     true,
+		// A leader the group removed hands over rather than leading a
+		// group it is no longer in until its term ends.
+		StepDownOnRemoval: true,
 		Logger:      cfg.Logger,
 	}
 	if rc.ElectionTick == 0 {

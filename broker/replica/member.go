@@ -3,12 +3,14 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/walbus/walbus/log"
 	"github.com/walbus/walbus/log/event"
@@ -66,6 +68,10 @@ type proposal struct {
 	done  func(error)
 	entry bool
 	at    time.Time // when it was proposed
+	// change, if set, makes the entry a membership change rather than
+	// data; err is why it was proposed as an empty entry instead.
+	change *pb.ConfChangeSingle
+	err    error
 }
 
 // MemberConfig configures a Member.
@@ -212,6 +218,90 @@ func (m *Member) Append(evs []event.Event, done func(error)) (uint64, error) {
 		return 0, ErrNotLeader
 	}
 	return first, nil
+}
+
+// AppendChange is Append for one step of a membership change for node
+// (AddLearner, Promote, Remove): the entry takes one log index, which it
+// returns, and carries no events (its owner applies a Marker there, as
+// every member does). done is called once it is committed, with an error
+// if the step did not fit the group's membership when Raft took it (a
+// learner added twice, a promotion of a node that is not a learner, the
+// last voter removed): an empty entry took its place.
+func (m *Member) AppendChange(step string, node uint64, done func(error)) (uint64, error) {
+	var t pb.ConfChangeType
+	switch step {
+	case AddLearner:
+		t = pb.ConfChangeType_ConfChangeAddLearnerNode
+	case Promote:
+		t = pb.ConfChangeType_ConfChangeAddNode
+	case Remove:
+		t = pb.ConfChangeType_ConfChangeRemoveNode
+	default:
+		return 0, fmt.Errorf("replica: no membership step %q", step)
+	}
+	if node == 0 {
+		return 0, errors.New("replica: a member's id cannot be 0")
+	}
+	m.mu.Lock()
+	if m.err != nil {
+		m.mu.Unlock()
+		return 0, m.err
+	}
+	index := m.next
+	m.next++
+	p := &proposal{tag: index, last: index, term: m.term, done: done, entry: true,
+		change: &pb.ConfChangeSingle{Type: t.Enum(), NodeId: proto.Uint64(node)}}
+	m.mu.Unlock()
+	select {
+	case m.props <- p:
+	case <-m.done:
+		return 0, ErrNotLeader
+	}
+	return index, nil
+}
+
+// proposeChange proposes p's membership change if it fits the group's
+// membership now, or an empty entry in its place (the log index was
+// given): Raft would panic applying a change that leaves no voter. One
+// proposed while another is under way Raft itself turns into an empty
+// entry.
+func (m *Member) proposeChange(p *proposal) error {
+	cs := m.g.ConfState()
+	node := p.change.GetNodeId()
+	voter, learner := slices.Contains(cs.GetVoters(), node), slices.Contains(cs.GetLearners(), node)
+	switch p.change.GetType() {
+	case pb.ConfChangeType_ConfChangeAddLearnerNode:
+		if voter || learner {
+			p.err = fmt.Errorf("replica: node %d is in the group already", node)
+		}
+	case pb.ConfChangeType_ConfChangeAddNode:
+		if !learner {
+			p.err = fmt.Errorf("replica: node %d is not a learner of the group", node)
+		}
+	case pb.ConfChangeType_ConfChangeRemoveNode:
+		switch {
+		case !voter && !learner:
+			p.err = fmt.Errorf("replica: node %d is not in the group", node)
+		case voter && len(cs.GetVoters()) == 1:
+			p.err = fmt.Errorf("replica: node %d is the group's last voter", node)
+		}
+	}
+	if p.err != nil {
+		return m.g.Propose(nil)
+	}
+	return m.g.ProposeConfChange(&pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{p.change}})
+}
+
+// ownChange is the pending membership change whose entry is the one at
+// log index first, if it is this member's.
+func (m *Member) ownChange(first uint64, data []byte) *proposal {
+	if len(m.pending) == 0 || data != nil {
+		return nil
+	}
+	if p := m.pending[0]; p.change != nil && p.tag == first {
+		return p
+	}
+	return nil
 }
 
 // AppendLazy is Append with nobody waiting for the commit.
@@ -367,7 +457,13 @@ func (m *Member) propose(p *proposal) {
 	}
 	if p.entry {
 		p.at = time.Now()
-		if err := m.g.Propose(p.data); err != nil {
+		var err error
+		if p.change != nil {
+			err = m.proposeChange(p)
+		} else {
+			err = m.g.Propose(p.data)
+		}
+		if err != nil {
 			fail(p, ErrNotLeader)
 			m.fail(ErrNotLeader)
 			return
@@ -494,14 +590,22 @@ func (mm memberMachine) Apply(index uint64, data []byte) error {
 		m.cfg.OnCommit()
 	}
 	m.release() // barriers that wait for what came before
-	if len(m.pending) > 0 && data != nil && m.pending[0].entry && m.pending[0].tag == tag && tag == first {
+	if p := m.ownChange(first, data); p != nil {
+		// Its own membership change (or the empty entry that stood in
+		// for it): the owner counted its log index when it appended.
+		m.pending = m.pending[1:]
+		fail(p, p.err)
+		m.release()
+		return nil
+	}
+	if len(m.pending) > 0 && data != nil && m.pending[0].entry && m.pending[0].change == nil && m.pending[0].tag == tag && tag == first {
 		// Its own, appended in this term: the owner has it.
 		p := m.pending[0]
 		m.pending = m.pending[1:]
 		if c := m.cfg.Counters; c != nil && c.Commit != nil {
 			c.Commit(time.Since(p.at))
 		}
-		fail(p, nil)
+		fail(p, p.err)
 		m.release()
 		return nil
 	}

@@ -177,6 +177,9 @@ func (c *testCluster) agree(t *testing.T, leader uint64, acked []ackedSend, logs
 	t.Helper()
 	want := c.owner(leader).snapshot()
 	for id := range uint64(len(c.members)) {
+		if c.down[id+1] {
+			continue
+		}
 		if got := c.owner(id + 1).snapshot(); !slices.Equal(got, want) {
 			t.Fatalf("member %d holds %d records, the leader %d; first difference at %d", id+1, len(got), len(want),
 				firstDiff(got, want))
@@ -324,6 +327,7 @@ func (o *testOwner) snapshot() []rec {
 }
 
 type testCluster struct {
+	joining map[uint64]bool // members that start outside the group
 	t       *testing.T
 	dirs    []string
 	mu      sync.Mutex
@@ -356,7 +360,11 @@ func (c *testCluster) peers() []uint64 {
 
 func (c *testCluster) start(id uint64) {
 	o := &testOwner{t: c.t, lead: make(chan uint64, 1)}
-	m, err := OpenMember(MemberConfig{Config: Config{ID: id, Peers: c.peers(), ElectionTicks: 10, HeartbeatTicks: 1},
+	peers := c.peers()
+	if c.joining[id] {
+		peers = nil // it learns the group from its leader
+	}
+	m, err := OpenMember(MemberConfig{Config: Config{ID: id, Peers: peers, ElectionTicks: 10, HeartbeatTicks: 1},
 		Dir: c.dirs[id-1], Log: log.Options{Sync: log.SyncAlways, SegmentSize: testSegment}, Tick: testTick,
 		Send: c.send, Owner: o})
 	if err != nil {
@@ -466,8 +474,8 @@ func (c *testCluster) waitCaughtUp(leader uint64) {
 	for time.Now().Before(deadline) {
 		want := c.members[leader-1].DurableIndex()
 		ok := true
-		for _, m := range c.members {
-			ok = ok && m.DurableIndex() == want
+		for i, m := range c.members {
+			ok = ok && (c.down[uint64(i+1)] || m.DurableIndex() == want)
 		}
 		if ok {
 			return
@@ -497,4 +505,117 @@ func (c *testCluster) close() {
 			m.Close()
 		}
 	}
+}
+
+// TestMembersReplace replaces a dead member as an operator would: a new
+// one joins the group as a learner (it starts knowing no group) and
+// catches up, is promoted to voter, and the dead one is removed, each
+// step an entry the leader's owner appends and counts a log index for,
+// with sends before, between and after. Steps that do not fit the
+// group (a promotion of a voter, the removal of a node not in it) are
+// refused at commit, and an empty entry takes their log index. The
+// group then commits without the dead member, and the new one holds
+// what every other does.
+func TestMembersReplace(t *testing.T) {
+	c := newTestCluster(t, 3)
+	defer c.close()
+	leader := c.waitLeader(0)
+	acked := c.sends(t, leader, 30)
+	dead := leader%3 + 1
+	c.kill(dead)
+
+	c.mu.Lock()
+	c.dirs = append(c.dirs, filepath.Join(t.TempDir(), "4"))
+	c.members, c.owners = append(c.members, nil), append(c.owners, nil)
+	c.joining = map[uint64]bool{4: true}
+	c.mu.Unlock()
+	c.start(4)
+
+	step := func(what string, node uint64) error {
+		m, o := c.members[leader-1], c.owner(leader)
+		done := make(chan error, 1)
+		o.mu.Lock()
+		index, err := m.AppendChange(what, node, func(err error) { done <- err })
+		if err == nil {
+			o.add([]event.Event{{Index: index, Type: event.Marker}})
+		}
+		o.mu.Unlock()
+		if err != nil {
+			t.Fatalf("%s %d: %v", what, node, err)
+		}
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s %d: never committed", what, node)
+			return nil
+		}
+	}
+	members := func() Status { return c.members[leader-1].Status() }
+
+	if err := step(AddLearner, 4); err != nil {
+		t.Fatal(err)
+	}
+	if st := members(); !slices.Contains(st.Learners, 4) || slices.Contains(st.Voters, 4) {
+		t.Fatalf("after adding learner 4: voters %v, learners %v", st.Voters, st.Learners)
+	}
+	acked = append(acked, c.sends(t, leader, 10)...)
+	c.waitCaughtUp(leader)
+	if err := step(Promote, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := step(Promote, 4); err == nil {
+		t.Fatal("a voter promoted again")
+	}
+	if err := step(Remove, 99); err == nil {
+		t.Fatal("node 99, not in the group, removed")
+	}
+	if err := step(Remove, dead); err != nil {
+		t.Fatal(err)
+	}
+	st := members()
+	want := []uint64{1, 2, 3, 4}
+	want = slices.DeleteFunc(want, func(id uint64) bool { return id == dead })
+	if !slices.Equal(st.Voters, want) || len(st.Learners) > 0 {
+		t.Fatalf("after the replacement: voters %v, learners %v; want voters %v", st.Voters, st.Learners, want)
+	}
+	// The group commits with the new member and without the dead one:
+	// the leader's peer among the old ones is cut off, so the new one's
+	// vote is needed.
+	other := want[0]
+	if other == leader {
+		other = want[1]
+	}
+	c.isolate(other, true)
+	acked = append(acked, c.sends(t, leader, 10)...)
+	c.isolate(other, false)
+	c.waitCaughtUp(leader)
+	c.agree(t, leader, acked, logBegins)
+	if c.members[3].Status().Voters == nil {
+		t.Fatal("the new member knows no group")
+	}
+}
+
+// TestMembersLastVoter: removing a group's last voter is refused (Raft
+// would panic applying it), and the group goes on.
+func TestMembersLastVoter(t *testing.T) {
+	c := newTestCluster(t, 1)
+	defer c.close()
+	c.waitLeader(0)
+	m, o := c.members[0], c.owner(1)
+	done := make(chan error, 1)
+	o.mu.Lock()
+	index, err := m.AppendChange(Remove, 1, func(err error) { done <- err })
+	if err == nil {
+		o.add([]event.Event{{Index: index, Type: event.Marker}})
+	}
+	o.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("the last voter removed")
+	}
+	acked := c.sends(t, 1, 5)
+	c.agree(t, 1, acked, logBegins)
 }

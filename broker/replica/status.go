@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,10 @@ type Status struct {
 	Snapshot uint64 `json:"snapshot"`
 	// Durable is the log index of the last record committed and applied.
 	Durable uint64 `json:"durable"`
+	// Voters and Learners are the group's members as of the last entry
+	// applied here.
+	Voters   []uint64 `json:"voters"`
+	Learners []uint64 `json:"learners,omitempty"`
 	// Progress is each member's as the leader sees it (leader only).
 	Progress map[uint64]Progress `json:"progress,omitempty"`
 }
@@ -59,6 +64,11 @@ func (m *Member) status() Status {
 	st := Status{ID: m.cfg.ID, Leader: rs.Lead, Term: rs.GetTerm(), Role: roleName(rs.RaftState),
 		Commit: rs.GetCommit(), Applied: m.g.Applied(), Snapshot: m.st.snapIndex(), Durable: m.durable.Load()}
 	st.Last, _ = m.st.LastIndex()
+	if cs := m.g.ConfState(); cs != nil {
+		st.Voters, st.Learners = slices.Clone(cs.GetVoters()), slices.Clone(cs.GetLearners())
+		slices.Sort(st.Voters)
+		slices.Sort(st.Learners)
+	}
 	st.Serving, _ = m.Leading()
 	if rs.RaftState == raft.StateLeader {
 		st.Progress = map[uint64]Progress{}
@@ -105,3 +115,11 @@ type Counters struct {
 	// to commit. It must not block.
 	Commit func(time.Duration)
 }
+
+// The steps of a membership change (docs/cluster.md, "Membership"), one
+// at a time, proposed by the group's leader (Member.AppendChange).
+const (
+	AddLearner = "add-learner" // a node joins, without a vote, and catches up
+	Promote    = "promote"     // a learner that caught up gets its vote
+	Remove     = "remove"      // a member leaves the group
+)
