@@ -112,7 +112,7 @@ func New(cfg Config, storage Storage, sm StateMachine, applied uint64) (*Group, 
 		// A leader the group removed hands over rather than leading a
 		// group it is no longer in until its term ends.
 		StepDownOnRemoval: true,
-		Logger:      cfg.Logger,
+		Logger:            cfg.Logger,
 	}
 	if rc.ElectionTick == 0 {
 		rc.ElectionTick = 10
