@@ -51,6 +51,9 @@ type API struct {
 	// Audit, if set, returns the recorded lives of the messages entity's
 	// log numbers seq (walbus audit's answer), for the console.
 	Audit func(entity string, seq uint64) (any, error)
+	// Cluster, if set, is the node's side of its cluster, for the
+	// membership requests (walbus cluster add and remove).
+	Cluster ClusterControl
 }
 
 // NewAPI serves b's administration API, authorising with keys. maxMessage
@@ -105,6 +108,8 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.write(w, http.StatusOK, "entry", atom.NamespaceInfo(base(r), a.namespace, a.started, a.started))
 	case len(segs) == 2 && strings.EqualFold(segs[0], "$Resources"):
 		a.listEntities(w, r, segs[1])
+	case len(segs) == 3 && strings.EqualFold(segs[0], "$walbus") && strings.EqualFold(segs[1], "cluster"):
+		a.clusterRequest(w, r, strings.ToLower(segs[2]))
 	case len(segs) >= 2 && strings.EqualFold(segs[0], "$walbus"):
 		a.walbusRequest(w, r, segs[1], segs[2:])
 	default:

@@ -2,9 +2,12 @@ package admin
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/walbus/walbus/broker"
+	"github.com/walbus/walbus/broker/replica"
 )
 
 // ClusterStatus is a cluster's node as GET /cluster shows it: which node
@@ -90,4 +93,94 @@ func (c clusterHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(st)
+}
+
+// ClusterControl is what the administration API asks of a cluster's node
+// beyond its broker.
+type ClusterControl interface {
+	// AddPeer makes node id, at peer address addr, one of the cluster's
+	// nodes for this node's transport, now and after a restart.
+	AddPeer(id uint64, addr string) error
+}
+
+// PeerRequest is POST /$walbus/cluster/peer's body.
+type PeerRequest struct {
+	Node uint64 `json:"node"`
+	Peer string `json:"peer"`
+}
+
+// ChangeRequest is POST /$walbus/cluster/change's body: one step of a
+// membership change of an entity's group (replica.AddLearner, Promote,
+// Remove), which the node proposes if it leads the group.
+type ChangeRequest struct {
+	Entity string `json:"entity"`
+	Step   string `json:"step"`
+	Node   uint64 `json:"node"`
+}
+
+// clusterRequest serves the membership requests, each a POST with a JSON
+// body (a key with Manage rights, as every request of the API):
+//
+//	/$walbus/cluster/peer     PeerRequest: 204 once the node knows the peer
+//	/$walbus/cluster/change   ChangeRequest: 204 once the group committed the
+//	                          step; 409 when this node does not lead the
+//	                          group; 422 when the step does not fit it
+func (a *API) clusterRequest(w http.ResponseWriter, r *http.Request, op string) {
+	if a.Cluster == nil {
+		jsonError(w, http.StatusNotFound, "not a node of a cluster")
+		return
+	}
+	if r.Method != http.MethodPost {
+		jsonError(w, http.StatusMethodNotAllowed, "use POST")
+		return
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	switch op {
+	case "peer":
+		var req PeerRequest
+		if err := dec.Decode(&req); err != nil {
+			jsonError(w, http.StatusBadRequest, "the body: "+err.Error())
+			return
+		}
+		if err := a.Cluster.AddPeer(req.Node, req.Peer); err != nil {
+			jsonError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	case "change":
+		var req ChangeRequest
+		if err := dec.Decode(&req); err != nil {
+			jsonError(w, http.StatusBadRequest, "the body: "+err.Error())
+			return
+		}
+		switch req.Step {
+		case replica.AddLearner, replica.Promote, replica.Remove:
+		default:
+			jsonError(w, http.StatusBadRequest, fmt.Sprintf("step %q: want %s, %s or %s", req.Step, replica.AddLearner,
+				replica.Promote, replica.Remove))
+			return
+		}
+		if req.Node == 0 {
+			jsonError(w, http.StatusBadRequest, "name the node: an id of 1 or more")
+			return
+		}
+		e, err := a.b.Entity(req.Entity)
+		if err != nil {
+			jsonError(w, statusOf(err), err.Error())
+			return
+		}
+		a.logger.Info("membership change", "entity", req.Entity, "step", req.Step, "node", req.Node)
+		switch err := e.ChangeMembership(req.Step, req.Node); {
+		case errors.Is(err, broker.ErrNotLeader):
+			jsonError(w, http.StatusConflict, err.Error())
+			return
+		case err != nil:
+			jsonError(w, http.StatusUnprocessableEntity, err.Error())
+			return
+		}
+	default:
+		jsonError(w, http.StatusNotFound, "no /$walbus/cluster/"+op+": peer or change")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

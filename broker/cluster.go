@@ -33,6 +33,11 @@ type Cluster struct {
 	Tick time.Duration
 	// Counters, if set, add up the node's Raft figures (for /metrics).
 	Counters *replica.Counters
+	// Join: the node joins a cluster that exists. An entity it has no
+	// log for starts outside its group and waits for the group's leader
+	// to add it (ChangeMembership); without Join, such an entity founds
+	// its group with Peers.
+	Join bool
 }
 
 // ErrNotLeader refuses an operation on an entity this node does not lead
@@ -64,6 +69,49 @@ func (b *Broker) ReportUnreachable(to uint64) {
 		}
 	}
 }
+
+// ChangeMembership has the entity's group take one step of a membership
+// change for node (replica.AddLearner, Promote or Remove), if this node
+// leads it (ErrNotLeader otherwise). It returns once the group committed
+// the step, or with why it did not fit the group's membership.
+func (e *Entity) ChangeMembership(step string, node uint64) error {
+	done := make(chan error, 1)
+	_, err := call(e, func(e *Entity) (bool, error) {
+		l, ok := e.log.(memberLog)
+		switch {
+		case !ok:
+			return false, errors.New("not a cluster's entity")
+		case e.failed != nil:
+			return false, e.failed
+		case e.following():
+			return false, ErrNotLeader
+		}
+		index, err := l.AppendChange(step, node, func(err error) { done <- err })
+		if errors.Is(err, replica.ErrNotLeader) {
+			return false, ErrNotLeader
+		}
+		if err != nil {
+			return false, err
+		}
+		// The step takes a log index, as every member's marker there.
+		return true, e.applyAppended([]event.Event{{Type: event.Marker, Index: index}}, nil)
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		if errors.Is(err, replica.ErrNotLeader) {
+			err = ErrNotLeader // its fate is unknown: the caller looks again
+		}
+		return err
+	case <-time.After(membershipWait):
+		return fmt.Errorf("entity %s: the group has not committed %s %d after %v", e.name, step, node, membershipWait)
+	}
+}
+
+// membershipWait bounds ChangeMembership's wait for the commit.
+const membershipWait = 30 * time.Second
 
 // GroupStatus is one entity's group as this node's member sees it.
 type GroupStatus struct {
@@ -201,13 +249,20 @@ func (e *Entity) loadMember() error {
 		}
 		c.Send(e.id, msg)
 	}
+	peers := c.Peers
+	if c.Join {
+		peers = nil
+	}
 	m, err = replica.OpenMember(replica.MemberConfig{
-		Config: replica.Config{ID: c.ID, Peers: c.Peers},
+		Config: replica.Config{ID: c.ID, Peers: peers},
 		Dir:    e.dir, Log: opts, Tick: c.Tick,
 		Send:     send,
 		Owner:    owner,
 		OnCommit: wake,
 		Counters: c.Counters,
+		// A snapshot soon after a membership change: a node just added
+		// takes none from before it.
+		OnConfChange: func() { owner.tell(func(e *Entity) { e.snap.sinceLast = max(e.snap.sinceLast, b.opts.SnapshotEvery) }) },
 	})
 	if err != nil {
 		return fmt.Errorf("entity %s: %w", e.name, err)

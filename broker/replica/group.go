@@ -318,6 +318,7 @@ func (g *Group) apply(e *pb.Entry) error {
 		}
 		g.conf = g.node.ApplyConfChange(&cc)
 		g.confs = append(g.confs, confAt{index: index, conf: g.conf})
+		g.confChanged(index)
 	case pb.EntryType_EntryConfChangeV2:
 		var cc pb.ConfChangeV2
 		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
@@ -325,9 +326,22 @@ func (g *Group) apply(e *pb.Entry) error {
 		}
 		g.conf = g.node.ApplyConfChange(&cc)
 		g.confs = append(g.confs, confAt{index: index, conf: g.conf})
+		g.confChanged(index)
 	}
 	g.applied = index
 	return nil
+}
+
+// ConfWatcher is a StateMachine that hears of the membership changes its
+// Group applies, after the entry's Apply.
+type ConfWatcher interface {
+	ConfChanged(index uint64, cs *pb.ConfState)
+}
+
+func (g *Group) confChanged(index uint64) {
+	if w, ok := g.sm.(ConfWatcher); ok {
+		w.ConfChanged(index, g.conf)
+	}
 }
 
 // discard is a raft.Logger that says nothing (Raft's panics still panic).

@@ -91,6 +91,12 @@ type MemberConfig struct {
 	// Counters, if set, add up the member's Raft figures with its node's
 	// other members'.
 	Counters *Counters
+	// OnConfChange, if set, is called on the member's goroutine after a
+	// membership change is applied (its entry's Owner.Apply before it).
+	// Raft sends a member that is far behind the newest snapshot, and
+	// drops one whose membership does not name it: a new member needs a
+	// snapshot taken after it was added. It must not block.
+	OnConfChange func()
 }
 
 // Owner is what a Member tells the entity's actor.
@@ -621,6 +627,12 @@ func (mm memberMachine) Apply(index uint64, data []byte) error {
 	m.cfg.Owner.Apply(evs)
 	m.release()
 	return nil
+}
+
+func (mm memberMachine) ConfChanged(uint64, *pb.ConfState) {
+	if f := mm.m.cfg.OnConfChange; f != nil {
+		f()
+	}
 }
 
 func (mm memberMachine) Restore(snap *pb.Snapshot) error {

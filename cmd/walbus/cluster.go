@@ -6,10 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net"
+	"path/filepath"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +32,7 @@ type clusterOptions struct {
 	name, file, listen, peers string
 	node                      uint64
 	tick                      time.Duration
+	join                      bool
 }
 
 func (c *clusterOptions) flags(fs *flag.FlagSet) {
@@ -37,6 +42,7 @@ func (c *clusterOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.listen, "peer-listen", "", "address to listen on for the other nodes (default: this node's address in --peers or the cluster file)")
 	fs.StringVar(&c.peers, "peers", "", "the cluster's nodes, this one included: 1=host:port,2=host:port,3=host:port")
 	fs.DurationVar(&c.tick, "raft-tick", 100*time.Millisecond, "Raft's tick: a leader's heartbeat; an election takes 10")
+	fs.BoolVar(&c.join, "join", false, "join a cluster that runs: entities this node has no data for wait for `walbus cluster add` (docs/cluster.md)")
 }
 
 // on reports whether serve runs as a cluster's node.
@@ -122,14 +128,114 @@ func (c *clusterConfig) add(id uint64, addr string) error {
 	return nil
 }
 
+// learnedPeersFile, in the data directory, holds the nodes an operator
+// added (walbus cluster add) that the node's flags or cluster file do not
+// name: {"nodes": {"4": "host:port"}}.
+const learnedPeersFile = "cluster-peers.json"
+
+type learnedPeers struct {
+	Nodes map[uint64]string `json:"nodes"`
+}
+
+// learn adds the nodes the data directory's learnedPeersFile names and
+// the flags do not (the flags win where both name a node).
+func (c *clusterConfig) learn(dir string, logger *slog.Logger) error {
+	b, err := os.ReadFile(filepath.Join(dir, learnedPeersFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var lp learnedPeers
+	if err := json.Unmarshal(b, &lp); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, learnedPeersFile), err)
+	}
+	for id, addr := range lp.Nodes {
+		switch old, ok := c.nodes[id]; {
+		case !ok:
+			if err := c.add(id, addr); err != nil {
+				return fmt.Errorf("%s: %w", filepath.Join(dir, learnedPeersFile), err)
+			}
+		case old != addr:
+			logger.Warn("a node added later is at another address than the flags say; the flags win", "node", id,
+				"flags", old, "added", addr)
+		}
+	}
+	return nil
+}
+
 // clusterNode is a node's side of the cluster: the peer transport and the
 // broker's options for it (with Counters of their own, for /metrics). The
 // broker is set once it is open; messages that come before are dropped
 // (Raft sends again).
 type clusterNode struct {
 	cfg       *clusterConfig
+	dir       string // the data directory
 	transport *peer.Transport
 	broker    atomic.Pointer[broker.Broker]
+	mu        sync.Mutex // cfg.nodes, once the node runs
+}
+
+// AddPeer makes node id at addr one of the cluster's nodes for the
+// transport, now and after a restart (learnedPeersFile): walbus cluster
+// add tells every node before it adds id to the groups.
+func (n *clusterNode) AddPeer(id uint64, addr string) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil || id == 0 {
+		return fmt.Errorf("node %d at %q: want an id of 1 or more and host:port", id, addr)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if id == n.cfg.node {
+		return nil
+	}
+	if old, ok := n.cfg.nodes[id]; ok && old == addr {
+		return nil
+	}
+	lp := learnedPeers{Nodes: map[uint64]string{}}
+	if b, err := os.ReadFile(filepath.Join(n.dir, learnedPeersFile)); err == nil {
+		if err := json.Unmarshal(b, &lp); err != nil || lp.Nodes == nil {
+			lp.Nodes = map[uint64]string{}
+		}
+	}
+	lp.Nodes[id] = addr
+	b, _ := json.MarshalIndent(lp, "", "  ")
+	if err := writeFileDurable(filepath.Join(n.dir, learnedPeersFile), append(b, '\n')); err != nil {
+		return err
+	}
+	n.cfg.nodes[id] = addr
+	n.transport.SetPeer(id, addr)
+	return nil
+}
+
+// writeFileDurable writes path whole or not at all: a temporary file,
+// fsynced, renamed over it, and the directory fsynced.
+func writeFileDurable(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 func startCluster(c *clusterConfig, tick time.Duration, logger *slog.Logger) (*clusterNode, *broker.Cluster, error) {
@@ -170,5 +276,8 @@ func startCluster(c *clusterConfig, tick time.Duration, logger *slog.Logger) (*c
 
 // status is the node as GET /cluster shows it, b's groups included.
 func (n *clusterNode) status(b *broker.Broker) admin.ClusterStatus {
-	return admin.ClusterStatus{Node: n.cfg.node, Cluster: n.cfg.name, Peers: n.cfg.nodes, Groups: b.ClusterStatus()}
+	n.mu.Lock()
+	peers := maps.Clone(n.cfg.nodes)
+	n.mu.Unlock()
+	return admin.ClusterStatus{Node: n.cfg.node, Cluster: n.cfg.name, Peers: peers, Groups: b.ClusterStatus()}
 }

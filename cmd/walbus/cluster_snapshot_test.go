@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -23,19 +24,42 @@ import (
 // hands the deferred messages to the Go SDK by their SequenceNumbers,
 // bodies and all.
 func TestClusterSnapshotProcesses(t *testing.T) {
-	ctx := context.Background()
-	nodes := startThree(t, "snap", ordersConfig(t, ""), "--raft-tick", "50ms", "--snapshot-every", "50",
-		"--segment-size", "16KiB")
+	nodes := startThree(t, "snap", ordersConfig(t, ""), snapshotArgs...)
 	leader := leaderNode(t, nodes, 0)
 	behind := leader%3 + 1
 	nodes[behind].kill()
 
-	client := nodes[leader].sdkClient()
+	bodies := deferBacklog(t, nodes[leader], 20, 10)
+	var st admin.ClusterStatus
+	getJSON(t, "http://"+nodes[leader].http+"/cluster", &st)
+	if len(st.Groups) != 1 || st.Groups[0].Snapshot == 0 {
+		t.Fatalf("the leader took no snapshot: %+v", st.Groups)
+	}
+
+	nodes[behind].start()
+	waitSnapshotReceived(t, nodes[behind])
+	leadOn(t, nodes, behind)
+	takeDeferred(t, nodes[behind], bodies)
+}
+
+// snapshotArgs make a cluster's nodes snapshot and cut their logs often.
+var snapshotArgs = []string{"--raft-tick", "50ms", "--snapshot-every", "50", "--segment-size", "16KiB"}
+
+// deferBacklog sends n messages to the queue orders on p, which leads
+// it, and defers them; then rounds of 40 messages that a
+// receive-and-delete receiver takes, so that the log moves on past the
+// deferred ones. It returns the deferred messages' bodies by
+// SequenceNumber.
+func deferBacklog(t *testing.T, p *proc, n, rounds int) map[int64]string {
+	t.Helper()
+	ctx := context.Background()
+	client := p.sdkClient()
+	defer client.Close(ctx)
 	sender, err := client.NewSender("orders", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 20 {
+	for i := range n {
 		if err := sender.SendMessage(ctx, &azservicebus.Message{MessageID: toPtr(fmt.Sprintf("keep-%d", i)),
 			Body: fmt.Appendf(nil, "kept body %d", i)}, nil); err != nil {
 			t.Fatalf("send %d: %v", i, err)
@@ -46,8 +70,8 @@ func TestClusterSnapshotProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	bodies := map[int64]string{}
-	for len(bodies) < 20 {
-		msgs, err := receiver.ReceiveMessages(ctx, 20-len(bodies), nil)
+	for len(bodies) < n {
+		msgs, err := receiver.ReceiveMessages(ctx, n-len(bodies), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +88,7 @@ func TestClusterSnapshotProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	filler := make([]byte, 1024)
-	for round := range 10 {
+	for round := range rounds {
 		for i := range 40 {
 			if err := sender.SendMessage(ctx, &azservicebus.Message{MessageID: toPtr(fmt.Sprintf("fill-%d-%d", round, i)),
 				Body: filler}, nil); err != nil {
@@ -84,51 +108,55 @@ func TestClusterSnapshotProcesses(t *testing.T) {
 			n += len(msgs)
 		}
 	}
-	client.Close(ctx)
-	var st admin.ClusterStatus
-	getJSON(t, "http://"+nodes[leader].http+"/cluster", &st)
-	if len(st.Groups) != 1 || st.Groups[0].Snapshot == 0 {
-		t.Fatalf("the leader took no snapshot: %+v", st.Groups)
-	}
+	return bodies
+}
 
-	nodes[behind].start()
+// waitSnapshotReceived waits until p has restored a leader's snapshot.
+func waitSnapshotReceived(t *testing.T, p *proc) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		text := getText(t, "http://"+nodes[behind].http+"/metrics")
+		text := getText(t, "http://"+p.http+"/metrics")
 		if metricValue(t, text, "walbus_raft_snapshots_received_total") >= 1 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node %d did not catch up from a snapshot:\n%s", behind, nodes[behind].logs())
+			t.Fatalf("no snapshot restored:\n%s", p.logs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
 
-	// The node that caught up leads: the others are killed and started
-	// again in turn until it wins an election.
+// leadOn makes node id lead the queue: the node that leads is killed and
+// started again, in turn, until id wins an election.
+func leadOn(t *testing.T, nodes map[int]*proc, id int) {
+	t.Helper()
 	for range 20 {
 		l := leaderNode(t, nodes, 0)
-		if l == behind {
-			break
+		if l == id {
+			return
 		}
 		nodes[l].kill()
 		leaderNode(t, nodes, l)
 		nodes[l].start()
 	}
-	if l := leaderNode(t, nodes, 0); l != behind {
-		t.Fatalf("node %d never led in 20 elections", behind)
+	if l := leaderNode(t, nodes, 0); l != id {
+		t.Fatalf("node %d never led in 20 elections", id)
 	}
-	client = nodes[behind].sdkClient()
+}
+
+// takeDeferred receives the deferred messages bodies names from p by
+// their SequenceNumbers, checks their bodies, and completes them.
+func takeDeferred(t *testing.T, p *proc, bodies map[int64]string) {
+	t.Helper()
+	ctx := context.Background()
+	client := p.sdkClient()
 	defer client.Close(ctx)
-	receiver, err = client.NewReceiverForQueue("orders", nil)
+	receiver, err := client.NewReceiverForQueue("orders", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seqs []int64
-	for seq := range bodies {
-		seqs = append(seqs, seq)
-	}
-	slices.Sort(seqs)
+	seqs := slices.Sorted(maps.Keys(bodies))
 	var got []*azservicebus.ReceivedMessage
 	for range 20 {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -140,7 +168,7 @@ func TestClusterSnapshotProcesses(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // server-busy until the actor serves
 	}
 	if err != nil || len(got) != len(seqs) {
-		t.Fatalf("node %d hands out %d of %d deferred messages: %v", behind, len(got), len(seqs), err)
+		t.Fatalf("%d of %d deferred messages handed out: %v", len(got), len(seqs), err)
 	}
 	for _, m := range got {
 		if want := bodies[*m.SequenceNumber]; string(m.Body) != want {

@@ -35,7 +35,15 @@ func clusterUsage(w io.Writer) {
       the members and, for each entity's group, its leader, term, commit
       index, and each node's applied index and lag behind the commit
 
-It exits 1 when no node answered, 2 for a usage error.
+  walbus cluster add --node-id N --peer HOST:PORT --http HOST:PORT,... [--timeout 5m]
+      add node N (started with --join) to every entity's group: each node
+      named learns its peer address, then each group's leader adds it as a
+      learner and promotes it to voter once it has caught up
+  walbus cluster remove --node-id N --http HOST:PORT,... [--timeout 5m]
+      remove node N from every entity's group (its leader's, wherever that is)
+
+status exits 1 when no node answered; add and remove exit 1 when the
+change is not done within the timeout; all exit 2 for a usage error.
 
 Flags:
 `)
@@ -62,6 +70,9 @@ func clusterCmd(args []string) int {
 	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
 		clusterUsage(os.Stdout)
 		return 0
+	}
+	if len(args) > 0 && (args[0] == "add" || args[0] == "remove") {
+		return clusterChangeCmd(args[0], args[1:])
 	}
 	if len(args) == 0 || args[0] != "status" {
 		if len(args) > 0 {

@@ -55,6 +55,7 @@ Usage:
   walbus cert [flags]     write a local CA and server certificate for TLS
   walbus bench [flags]    load a broker with real clients and report throughput and latency
   walbus cluster status --http HOST:PORT,...   a cluster's members, leaders and lag
+  walbus cluster add|remove --node-id N ...    change a cluster's membership
 
 Entities of a running walbus (through its administration API):
   walbus queue create|get|list|update|delete NAME [flags]

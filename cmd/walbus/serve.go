@@ -401,10 +401,15 @@ func serve(args []string) int {
 			fmt.Fprintf(os.Stderr, "walbus serve: %v\n", err)
 			return 2
 		}
+		if err := cfg.learn(o.data, logger); err != nil {
+			logger.Error("cannot read the nodes added to the cluster", "err", err)
+			return 1
+		}
 		if cluster, brokerCluster, err = startCluster(cfg, o.cluster.tick, logger); err != nil {
 			logger.Error("cannot start the cluster's transport", "err", err)
 			return 1
 		}
+		cluster.dir, brokerCluster.Join = o.data, o.cluster.join
 		defer cluster.transport.Close()
 		metrics.SetRaftCounters(brokerCluster.Counters)
 	}
@@ -461,6 +466,9 @@ func serve(args []string) int {
 		SessionWait: o.sessionWait, Transport: withNoSASL(o.limits)})
 	metrics.SetConnections(srv.Stats)
 	adminAPI := admin.NewAPI(b, keys, int(o.limits.MaxMessageSize), logger)
+	if cluster != nil {
+		adminAPI.Cluster = cluster
+	}
 	adminAPI.Audit = func(entity string, seq uint64) (any, error) {
 		// The live log, read as walbus audit reads a stopped one.
 		return tools.Audit(o.data, entity, tools.AuditOptions{Seq: seq})
