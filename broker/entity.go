@@ -639,6 +639,11 @@ func (e *Entity) reclaimable() int64 {
 // the last event). Once done, the idle timer waits for an event after the
 // last checkpoint.
 func (e *Entity) checkpoint(rounds int) {
+	if _, ok := e.log.(memberLog); ok {
+		// A member's log is cut by its own snapshots: one soon.
+		e.snap.sinceLast = max(e.snap.sinceLast, e.b.opts.SnapshotEvery)
+		return
+	}
 	if rounds > 0 && (e.reclaimable() > 0 || e.compactDue()) {
 		evs, err := e.decide(projection.Checkpoint{})
 		if err == nil && e.commit(evs, nil) == nil {
