@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -33,6 +35,7 @@ type clusterOptions struct {
 	node                      uint64
 	tick                      time.Duration
 	join                      bool
+	tlsCert, tlsKey, tlsCA    string
 }
 
 func (c *clusterOptions) flags(fs *flag.FlagSet) {
@@ -42,6 +45,9 @@ func (c *clusterOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.listen, "peer-listen", "", "address to listen on for the other nodes (default: this node's address in --peers or the cluster file)")
 	fs.StringVar(&c.peers, "peers", "", "the cluster's nodes, this one included: 1=host:port,2=host:port,3=host:port")
 	fs.DurationVar(&c.tick, "raft-tick", 100*time.Millisecond, "Raft's tick: a leader's heartbeat; an election takes 10")
+	fs.StringVar(&c.tlsCert, "peer-tls-cert", "", "this node's certificate (PEM) for mutual TLS between the nodes: it must allow server and client authentication")
+	fs.StringVar(&c.tlsKey, "peer-tls-key", "", "its private key (PEM)")
+	fs.StringVar(&c.tlsCA, "peer-tls-ca", "", "the certificate authority (PEM) whose certificates the other nodes must present")
 	fs.BoolVar(&c.join, "join", false, "join a cluster that runs: entities this node has no data for wait for `walbus cluster add` (docs/cluster.md)")
 }
 
@@ -63,6 +69,7 @@ type clusterConfig struct {
 	node   uint64
 	listen string
 	nodes  map[uint64]string // every node's peer address, this one's included
+	tls    *tls.Config       // nil: the peer links are plain TCP
 }
 
 func (c *clusterOptions) resolve() (*clusterConfig, error) {
@@ -114,7 +121,35 @@ func (c *clusterOptions) resolve() (*clusterConfig, error) {
 	if cfg.listen == "" {
 		cfg.listen = cfg.nodes[cfg.node]
 	}
+	switch n := btoi(c.tlsCert != "") + btoi(c.tlsKey != "") + btoi(c.tlsCA != ""); {
+	case n == 3:
+		cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--peer-tls-cert and --peer-tls-key: %w", err)
+		}
+		pem, err := os.ReadFile(c.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--peer-tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--peer-tls-ca %s: no certificate in it", c.tlsCA)
+		}
+		// Both ends present a certificate of the cluster's authority:
+		// the connection is the node pair's, each way.
+		cfg.tls = &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool,
+			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13}
+	case n > 0:
+		return nil, errors.New("mutual TLS between the nodes needs --peer-tls-cert, --peer-tls-key and --peer-tls-ca")
+	}
 	return cfg, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (c *clusterConfig) add(id uint64, addr string) error {
@@ -249,7 +284,7 @@ func startCluster(c *clusterConfig, tick time.Duration, logger *slog.Logger) (*c
 		}
 	}
 	slices.Sort(ids)
-	tr, err := peer.New(peer.Config{Cluster: c.name, ID: c.node, Listen: c.listen, Peers: peers, Logger: logger,
+	tr, err := peer.New(peer.Config{Cluster: c.name, ID: c.node, Listen: c.listen, Peers: peers, Logger: logger, TLS: c.tls,
 		Deliver: func(group uint64, m *pb.Message) {
 			if b := n.broker.Load(); b != nil {
 				b.Step(group, m)

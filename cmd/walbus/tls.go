@@ -49,7 +49,9 @@ certificate signed by it (server.pem, server-key.pem). Start walbus with
   walbus serve --amqps 127.0.0.1:5671 --tls-cert server.pem --tls-key server-key.pem
 and make the Go SDK trust the authority with SSL_CERT_FILE=ca.pem (or add
 ca.pem to the system's trust store); then connection strings without
-UseDevelopmentEmulator connect over TLS to port 5671.
+UseDevelopmentEmulator connect over TLS to port 5671. The certificate
+serves a cluster's peer links too (--peer-tls-cert server.pem
+--peer-tls-key server-key.pem --peer-tls-ca ca.pem on every node).
 
 Flags:
 `)
@@ -111,7 +113,9 @@ func writeCerts(dir string, hosts []string, validity time.Duration) error {
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// Client authentication too: a cluster's node presents it to the
+		// others (--peer-tls-cert).
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
