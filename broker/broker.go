@@ -361,6 +361,9 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	b.disk.Store(disk)
 	go b.runAutoDelete()
 	go b.runTrimmer()
+	if opts.Cluster != nil {
+		go b.runBalancer()
+	}
 	return b, rec, nil
 }
 

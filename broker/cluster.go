@@ -33,6 +33,10 @@ type Cluster struct {
 	Tick time.Duration
 	// Counters, if set, add up the node's Raft figures (for /metrics).
 	Counters *replica.Counters
+	// BalanceEvery is how often the node looks at how leaders are spread
+	// and hands a group it leads beyond its share to another node
+	// (balance.go; 5 s if 0, never if negative).
+	BalanceEvery time.Duration
 	// Join: the node joins a cluster that exists. An entity it has no
 	// log for starts outside its group and waits for the group's leader
 	// to add it (ChangeMembership); without Join, such an entity founds

@@ -223,7 +223,8 @@ func (c *testCluster) open(id uint64) *Broker {
 	// A cache of one byte: every message body is read back from the
 	// member's log, by the positions its storage recorded.
 	o := Options{Dir: c.dirs[id], Seed: id, CacheBytes: 1,
-		Cluster: &Cluster{ID: id, Peers: []uint64{1, 2, 3}, Send: c.net.sender(id), Tick: 10 * time.Millisecond}}
+		Cluster: &Cluster{ID: id, Peers: []uint64{1, 2, 3}, Send: c.net.sender(id), Tick: 10 * time.Millisecond,
+			BalanceEvery: -1}} // tests move leaders themselves
 	if c.tune != nil {
 		c.tune(id, &o)
 	}

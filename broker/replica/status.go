@@ -123,3 +123,23 @@ const (
 	Promote    = "promote"     // a learner that caught up gets its vote
 	Remove     = "remove"      // a member leaves the group
 )
+
+// TransferLeader asks the member, if it leads, to hand the group's
+// leadership to member to: Raft brings to up to date and has it campaign
+// at once. Meanwhile appends fail as in any change of leader.
+func (m *Member) TransferLeader(to uint64) error {
+	res := make(chan error, 1)
+	select {
+	case m.calls <- func() {
+		if !m.g.IsLeader() {
+			res <- ErrNotLeader
+			return
+		}
+		m.g.node.TransferLeader(to)
+		res <- nil
+	}:
+		return <-res
+	case <-m.done:
+		return ErrStopped
+	}
+}

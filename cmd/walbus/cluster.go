@@ -33,7 +33,7 @@ import (
 type clusterOptions struct {
 	name, file, listen, peers string
 	node                      uint64
-	tick                      time.Duration
+	tick, balance             time.Duration
 	join                      bool
 	tlsCert, tlsKey, tlsCA    string
 }
@@ -48,6 +48,7 @@ func (c *clusterOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.tlsCert, "peer-tls-cert", "", "this node's certificate (PEM) for mutual TLS between the nodes: it must allow server and client authentication")
 	fs.StringVar(&c.tlsKey, "peer-tls-key", "", "its private key (PEM)")
 	fs.StringVar(&c.tlsCA, "peer-tls-ca", "", "the certificate authority (PEM) whose certificates the other nodes must present")
+	fs.DurationVar(&c.balance, "leader-balance", 5*time.Second, "how often the node hands groups it leads beyond its share to other nodes (0: never)")
 	fs.BoolVar(&c.join, "join", false, "join a cluster that runs: entities this node has no data for wait for `walbus cluster add` (docs/cluster.md)")
 }
 

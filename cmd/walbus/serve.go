@@ -410,6 +410,10 @@ func serve(args []string) int {
 			return 1
 		}
 		cluster.dir, brokerCluster.Join = o.data, o.cluster.join
+		brokerCluster.BalanceEvery = o.cluster.balance
+		if o.cluster.balance <= 0 {
+			brokerCluster.BalanceEvery = -1
+		}
 		defer cluster.transport.Close()
 		metrics.SetRaftCounters(brokerCluster.Counters)
 	}
