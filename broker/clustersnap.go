@@ -129,8 +129,16 @@ func (e *Entity) startMemberSnapshot(l memberLog) {
 	}
 	go func() {
 		start := time.Now()
-		raw := frozen.Encode(nil)
 		err := <-barrier
+		// Where the records sit in this member's log, for the tools.
+		frozen.Reposition(l.Position)
+		raw := frozen.Encode(nil)
+		if err == nil {
+			// The offline tools read the entity's own snapshots: one of
+			// the same state goes there first, so the log is never cut
+			// past what they can read.
+			err = writeToolSnapshot(e.dir, index, raw)
+		}
 		if err == nil {
 			err = l.Compact(index, encodeClusterState(index, raw, nil), keep)
 		}
@@ -264,10 +272,34 @@ func (e *Entity) restoreMember(logIndex uint64, state []byte) error {
 			}
 		}
 	}
+	if len(records) > 0 {
+		// The log now begins after the snapshot: the offline tools need
+		// it as the entity's own.
+		if err := writeToolSnapshot(e.dir, logIndex, raw); err != nil {
+			return err
+		}
+	}
 	e.st = st
 	e.cache = newBodyCache(e.b.opts.CacheBytes)
 	cfg := st.Config()
 	e.cfg.Store(&cfg)
 	e.snap.lastIndex = logIndex
 	return nil
+}
+
+// writeToolSnapshot writes raw, the state at log index, as the entity's
+// own snapshot (the single node's form, which the offline tools read),
+// unless it is there, and keeps the newest keepSnapshots.
+func writeToolSnapshot(entityDir string, index uint64, raw []byte) error {
+	dir := layout.SnapshotDir(entityDir)
+	if infos, err := snapshot.List(dir); err == nil && len(infos) > 0 && infos[0].Index >= index {
+		return nil
+	}
+	if err := log.MkdirAllDurable(dir, 0o750); err != nil {
+		return err
+	}
+	if _, err := snapshot.Write(dir, index, raw); err != nil {
+		return err
+	}
+	return snapshot.Prune(dir, keepSnapshots)
 }

@@ -208,6 +208,14 @@ func (m *Member) Append(evs []event.Event, done func(error)) (uint64, error) {
 		if i < len(evs)-1 {
 			evs[i].Flags |= event.FlagContinued
 		}
+		// The size its record will have in the log (the first of an
+		// entry carries Raft's fields): the owner counts bytes by it.
+		// Where it goes is known once it is written (Position).
+		rec := evs[i]
+		if i == 0 {
+			rec.Term = 1
+		}
+		evs[i].Pos = event.Position{Size: uint32(event.RecordSize(&rec))}
 	}
 	p := &proposal{tag: first, last: first + uint64(len(evs)) - 1, term: m.term, done: done}
 	if len(evs) > 0 {
@@ -623,6 +631,7 @@ func (mm memberMachine) Apply(index uint64, data []byte) error {
 	for i := range evs {
 		evs[i].Index = first + uint64(i)
 		evs[i].Term, evs[i].Entry, evs[i].Tag = 0, 0, 0
+		evs[i].Pos, _ = m.st.Position(evs[i].Index)
 	}
 	m.cfg.Owner.Apply(evs)
 	m.release()
