@@ -1,6 +1,7 @@
 // Package peer carries Raft messages between the nodes of a cluster
 // (docs/cluster.md): the messages of every group, over one connection to
-// each peer, batched, with snapshots streamed in chunks beside them.
+// each peer, batched, with snapshots and messages too big for a frame
+// streamed in chunks beside them.
 //
 // # Connections
 //
@@ -12,7 +13,7 @@
 // again after a backoff of 50 ms, doubling to 2 s; what was queued for it
 // is dropped, as Raft expects of a network. Each peer's queue is bounded
 // in messages and bytes, and Send drops what does not fit rather than
-// wait.
+// wait; so are the transfers waiting for their turn (below).
 //
 // # Handshake
 //
@@ -21,7 +22,7 @@
 // hello is, in order (integers big-endian):
 //
 //	magic      4 bytes   "WBRP"
-//	version    uint16    1
+//	version    uint16    2 (1 had no message chunks)
 //	from       uint64    the sender's node id
 //	to         uint64    the node id it means to reach
 //	length     uint8     of the cluster name
@@ -37,7 +38,8 @@
 // After the hellos, each way carries frames:
 //
 //	length     uint32    of the payload, at most 4 MiB
-//	type       uint8     1 messages, 2 snapshot chunk, 3 snapshot ack
+//	type       uint8     1 messages, 2 snapshot chunk, 3 snapshot ack,
+//	                     4 message chunk
 //	payload    length bytes
 //
 // A reader refuses a longer frame or an unknown type from the header
@@ -57,12 +59,17 @@
 // that waits in its queue into as few frames as fit, and flushes once the
 // queue is empty: a thousand busy groups cost one write per flush.
 //
-// # Snapshots
+// # Transfers
 //
-// A MsgSnap carries a whole snapshot, which may be tens of megabytes. It
-// is marshalled, and sent in chunks (type 2) of up to 256 KiB, one chunk
-// between each batch of messages, so heartbeats keep flowing during the
-// transfer:
+// A MsgSnap carries a whole snapshot, which may be tens of megabytes; a
+// MsgApp may carry a single entry bigger than a frame (Raft cuts appends
+// at MaxSizePerMsg but sends a larger entry alone: a 100 MiB message, a
+// transaction). Such a message, a MsgSnap or any other whose marshalled
+// form does not fit a messages frame by itself (4 MiB less 16 bytes) or
+// the whole queue, is sent as a transfer: in chunks of up to 256 KiB, one
+// chunk between each batch of messages, so heartbeats keep flowing
+// during it. A MsgSnap's chunks are type 2, any other message's type 4,
+// and both read:
 //
 //	group      uint64
 //	transfer   uint64    the sender's number for this transfer
@@ -72,24 +79,39 @@
 //	data       the rest of the payload, at least 1 byte
 //
 // A sender has one transfer on a connection at a time, its chunks in
-// order; every chunk repeats the transfer's fields, and the receiver
-// refuses one that does not follow. Once the receiver has total bytes and
-// their CRC matches, it delivers the MsgSnap and answers with an ack
-// (type 3, on the same connection):
+// order, each transfer numbered above the last; every chunk repeats the
+// transfer's fields and type, and the receiver refuses one that does not
+// follow. Once the receiver has total bytes and their CRC matches, it
+// delivers the message. It answers a MsgSnap with an ack (type 3, on the
+// same connection):
 //
 //	group      uint64
 //	transfer   uint64
 //
 // The sender reports the snapshot done on the ack, and failed if the
 // connection ends first, the ack takes more than 10 s, or the MsgSnap
-// never left (the peer down, too many waiting). A MsgSnap
-// reaches the receiver after messages the sender sent behind it, which
-// Raft tolerates as it would a reordering network.
+// never left (the peer down, too many waiting). Another message is not
+// acknowledged: if it is lost, Raft sends its entries again, as it does
+// for any MsgApp lost. The sender drops a MsgApp whose entries (the same
+// term, index and count) wait or are being written already: a follower
+// Raft probes gets the same MsgApp again at every heartbeat, sooner than
+// a large one arrives.
+//
+// A transfer reaches the receiver after messages the sender sent behind
+// it, which Raft tolerates as it would a reordering network; transfers to
+// one peer go in the order sent, but for a MsgSnap, which waits while its
+// group's last is not acknowledged. A connection that ends midway ends
+// its transfer on both sides: the receiver forgets the chunks it had, and
+// the sender does not send it again. So a message arrives once and whole,
+// or not at all. Each side holds the whole marshalled message while it
+// travels (the receiver, for a moment, its decoded copy too), within
+// MaxTransfer for each transfer and for those waiting.
 //
 // # Bad input
 //
 // Anything that does not follow this format (a bad header, a truncated
-// or undecodable message, a chunk out of order, a wrong CRC) closes the
-// connection that carried it, with the reason logged. The sender dials
-// again if it has something to send.
+// or undecodable message, a chunk out of order, a wrong CRC, a transfer
+// over the receiver's MaxTransfer, a MsgSnap in message chunks or another
+// message in snapshot chunks) closes the connection that carried it, with
+// the reason logged. The sender dials again if it has something to send.
 package peer

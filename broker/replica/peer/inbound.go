@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"time"
@@ -15,23 +14,16 @@ import (
 
 // inbound is a connection a peer dialled, after its handshake: one
 // goroutine (serve) reads it, delivers what it carries and answers
-// snapshot acks on it.
+// snapshot acks on it. A transfer it has begun ends with it.
 type inbound struct {
 	t    *Transport
 	from uint64
 	conn net.Conn
 	done chan struct{} // closed when serve has stopped delivering
 
-	items []item
-	msgs  []*pb.Message
-	snap  *assembly // the transfer under way, if any
-}
-
-// assembly is a MsgSnap being put together from its chunks.
-type assembly struct {
-	group, transfer, total uint64
-	crc                    uint32
-	data                   []byte
+	items     []item
+	msgs      []*pb.Message
+	transfers reassembler
 }
 
 // serve runs an incoming connection: the handshake, then frames until
@@ -128,8 +120,8 @@ func (in *inbound) loop(fr *frameReader) error {
 		switch typ {
 		case frameMessages:
 			err = in.messages(payload)
-		case frameChunk:
-			err = in.chunk(payload)
+		case frameSnapshotChunk, frameMessageChunk:
+			err = in.chunk(typ, payload)
 		default:
 			err = protocolErr("a %s frame from the sender", typ)
 		}
@@ -167,56 +159,36 @@ func (in *inbound) messages(payload []byte) error {
 	return nil
 }
 
-// chunk adds a chunk to the transfer under way, or starts one. A sender
-// sends one transfer at a time on a connection, in order, so anything
-// else is a fault.
-func (in *inbound) chunk(payload []byte) error {
+// chunk takes a chunk of kind (frameSnapshotChunk or frameMessageChunk),
+// and delivers the message when its last one comes: a MsgSnap in
+// snapshot chunks, acknowledged; any other in message chunks, not.
+func (in *inbound) chunk(kind frameType, payload []byte) error {
 	c, err := decodeChunk(payload)
 	if err != nil {
 		return err
 	}
-	if c.offset == 0 {
-		if in.snap != nil {
-			return protocolErr("snapshot transfer %d of group %d began before transfer %d of group %d ended",
-				c.transfer, c.group, in.snap.transfer, in.snap.group)
-		}
-		if c.total > uint64(in.t.cfg.MaxSnapshot) {
-			return protocolErr("snapshot of %d bytes in group %d, the most is %d", c.total, c.group, in.t.cfg.MaxSnapshot)
-		}
-		// Room for what has come and a little more: the total is the
-		// sender's word, and memory grows with the bytes that arrive.
-		in.snap = &assembly{group: c.group, transfer: c.transfer, total: c.total, crc: c.crc,
-			data: make([]byte, 0, min(c.total, 8<<20))}
+	a, err := in.transfers.add(kind, c, uint64(in.t.cfg.MaxTransfer))
+	if err != nil || a == nil {
+		return err
 	}
-	a := in.snap
-	switch {
-	case a == nil:
-		return protocolErr("snapshot chunk at %d of group %d with no transfer begun", c.offset, c.group)
-	case c.group != a.group || c.transfer != a.transfer || c.total != a.total || c.crc != a.crc:
-		return protocolErr("snapshot chunk of transfer %d (group %d) inside transfer %d (group %d)",
-			c.transfer, c.group, a.transfer, a.group)
-	case c.offset != uint64(len(a.data)):
-		return protocolErr("snapshot chunk at %d, expected %d", c.offset, len(a.data))
+	group, transfer := a.group, a.transfer
+	m := new(pb.Message)
+	err = proto.Unmarshal(a.data, m)
+	a.data = nil // m has its own copy: let the chunks go before Deliver
+	if err != nil {
+		return protocolErr("a %s transfer of group %d does not decode: %v", kind, group, err)
 	}
-	a.data = append(a.data, c.data...)
-	if uint64(len(a.data)) < a.total {
+	if snap := m.GetType() == pb.MessageType_MsgSnap; snap != (kind == frameSnapshotChunk) {
+		return protocolErr("a %s sent in %ss in group %d", m.GetType(), kind, group)
+	}
+	in.t.cfg.Deliver(group, m)
+	if kind == frameMessageChunk {
+		in.t.stats.largeReceived.Add(1)
 		return nil
 	}
-	in.snap = nil
-	if got := crc32.Checksum(a.data, castagnoli); got != a.crc {
-		return protocolErr("snapshot of group %d has CRC %08x, sent with %08x", a.group, got, a.crc)
-	}
-	m := new(pb.Message)
-	if err := proto.Unmarshal(a.data, m); err != nil {
-		return protocolErr("snapshot of group %d does not decode: %v", a.group, err)
-	}
-	if m.GetType() != pb.MessageType_MsgSnap {
-		return protocolErr("a %s sent as a snapshot in group %d", m.GetType(), a.group)
-	}
-	in.t.cfg.Deliver(a.group, m)
 	in.t.stats.snapshotsReceived.Add(1)
 	b := appendHeader(nil, frameAck, ackSize)
-	b = appendAck(b, ack{group: a.group, transfer: a.transfer})
+	b = appendAck(b, ack{group: group, transfer: transfer})
 	if err := in.conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
 		return err
 	}

@@ -2,37 +2,40 @@ package peer
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
 
 // peer is the sending side towards one node: a bounded queue that Send
-// fills, and one goroutine (run) that owns the connection and every
-// snapshot transfer on it. Only run touches the connection's state; Send
-// and the Transport's methods reach it through the queue under mu and the
-// wake and quit channels.
+// fills, the transfers waiting for their turn, and one goroutine (run)
+// that owns the connection and every transfer on it. Only run touches the
+// connection's state; Send and the Transport's methods reach it through
+// the queue and the waiting transfers under mu and the wake and quit
+// channels.
 type peer struct {
 	t   *Transport
 	id  uint64
 	log *slog.Logger
 
-	mu       sync.Mutex
-	addr     string
-	queue    []item
-	spare    []item     // the queue's other buffer: run drains one while Send fills the other
-	queued   int        // bytes in queue
-	snaps    []*outSnap // waiting for their turn
-	snapped  int        // bytes in snaps
-	rejected []uint64   // groups whose MsgSnap Send could not queue: run reports them
-	conn     net.Conn   // the connection being made or used, for stop to cut
-	stopped  bool
+	mu        sync.Mutex
+	addr      string
+	queue     []item
+	spare     []item         // the queue's other buffer: run drains one while Send fills the other
+	queued    int            // bytes in queue
+	waiting   []*outTransfer // transfers waiting for their turn, in the order sent
+	waitBytes int            // bytes in waiting
+	writing   *outTransfer   // the transfer run is writing, for Send to see a copy of it
+	rejected  []uint64       // groups whose MsgSnap Send could not queue: run reports them
+	conn      net.Conn       // the connection being made or used, for stop to cut
+	stopped   bool
 
 	transfers uint64 // the last transfer's number; run's alone
 
@@ -41,16 +44,6 @@ type peer struct {
 }
 
 var errStopped = errors.New("stopped")
-
-// outSnap is one MsgSnap on its way.
-type outSnap struct {
-	group    uint64
-	transfer uint64
-	data     []byte // the marshalled message
-	crc      uint32
-	sent     int       // bytes written so far
-	deadline time.Time // for the ack, once all is written
-}
 
 // outConn is a connection run made, and the transfers on it: they fail
 // with it.
@@ -63,8 +56,8 @@ type outConn struct {
 	gone     chan struct{} // closed by the reader when it ends
 	readErr  error         // why the reader ended; read after gone
 	quit     chan struct{} // closed by run when it drops the connection
-	active   *outSnap
-	awaiting map[uint64]*outSnap // sent whole, by group, waiting for the ack
+	active   *outTransfer
+	awaiting map[uint64]*outTransfer // MsgSnaps sent whole, by group, waiting for the ack
 }
 
 func newPeer(t *Transport, id uint64, addr string) *peer {
@@ -98,21 +91,64 @@ func (p *peer) queueMessage(group uint64, b []byte) {
 	p.signal()
 }
 
-func (p *peer) queueSnapshot(group uint64, b []byte) {
+// queueTransfer queues a message to go in chunks, or drops it: one too
+// big, a copy of a MsgApp that waits or is being written, one that does
+// not fit beside those waiting. A dropped MsgSnap is left for run to
+// report (SnapshotDone runs on run's goroutine); another message is
+// counted and logged here.
+func (p *peer) queueTransfer(s *outTransfer) {
+	limit := p.t.cfg.MaxTransfer
+	var why string
+	level := slog.LevelWarn
 	p.mu.Lock()
 	switch {
 	case p.stopped:
-	case len(b) > p.t.cfg.MaxSnapshot:
-		p.log.Warn("a snapshot too big to send was dropped", "group", group, "bytes", len(b), "max", p.t.cfg.MaxSnapshot)
-		p.rejected = append(p.rejected, group)
-	case len(p.snaps) >= maxPendingSnapshots || p.snapped+len(b) > p.t.cfg.MaxSnapshot:
-		p.rejected = append(p.rejected, group)
+		why, level = "the peer was removed or the transport closed", slog.LevelDebug
+	case len(s.data) > limit:
+		why = fmt.Sprintf("over the most a transfer may be (%d bytes)", limit)
+	case s.keyed && p.carries(s.key):
+		why, level = "a copy of it is on its way", slog.LevelDebug
+	case len(p.waiting) >= maxWaitingTransfers || p.waitBytes+len(s.data) > limit:
+		why = fmt.Sprintf("no room beside the transfers waiting (%d, of %d bytes)", len(p.waiting), p.waitBytes)
 	default:
-		p.snaps = append(p.snaps, &outSnap{group: group, data: b, crc: crc32.Checksum(b, castagnoli)})
-		p.snapped += len(b)
+		p.waiting = append(p.waiting, s)
+		p.waitBytes += len(s.data)
+	}
+	if why != "" && s.kind == frameSnapshotChunk && !p.stopped {
+		p.rejected = append(p.rejected, s.group)
 	}
 	p.mu.Unlock()
+	switch {
+	case why == "":
+	case s.kind == frameSnapshotChunk:
+		p.log.Log(context.Background(), level, "a snapshot was dropped: "+why, "group", s.group, "bytes", len(s.data))
+	default:
+		p.lose(s, level, why)
+	}
 	p.signal()
+}
+
+// carries reports whether a MsgApp with key's entries waits or is being
+// written. p.mu is held.
+func (p *peer) carries(key appendKey) bool {
+	if w := p.writing; w != nil && w.keyed && w.key == key {
+		return true
+	}
+	for _, s := range p.waiting {
+		if s.keyed && s.key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// lose counts a message sent in chunks (not a MsgSnap) that will not
+// arrive, and says why, once. Raft sends its entries again.
+func (p *peer) lose(s *outTransfer, level slog.Level, why string) {
+	p.t.stats.dropped.Add(1)
+	p.t.stats.largeDropped.Add(1)
+	p.log.Log(context.Background(), level, "a large message was dropped: "+why, "group", s.group,
+		"bytes", len(s.data))
 }
 
 func (p *peer) setAddr(addr string) {
@@ -169,7 +205,13 @@ func (p *peer) idle() bool {
 func (p *peer) hasWork() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.queue) > 0 || len(p.snaps) > 0
+	return len(p.queue) > 0 || len(p.waiting) > 0
+}
+
+func (p *peer) setWriting(s *outTransfer) {
+	p.mu.Lock()
+	p.writing = s
+	p.mu.Unlock()
 }
 
 // run is the peer's goroutine: it dials when there is something to send,
@@ -206,7 +248,7 @@ func (p *peer) run() {
 			if c != nil {
 				p.drop(c)
 			}
-			p.dropAll()
+			p.dropAll(slog.LevelDebug, "the peer was removed or the transport closed")
 			return
 		default:
 		}
@@ -220,7 +262,8 @@ func (p *peer) run() {
 			var err error
 			if c, err = p.dial(); err != nil {
 				p.t.stats.dialFailures.Add(1)
-				p.dropAll() // a peer that is down gets nothing: Raft resends
+				// A peer that is down gets nothing: Raft resends.
+				p.dropAll(slog.LevelWarn, "the peer is unreachable")
 				fail(err)
 			} else {
 				backoff, down = 0, false
@@ -321,7 +364,7 @@ func (p *peer) dial() (*outConn, error) {
 	c.acks = make(chan ack, 16)
 	c.gone = make(chan struct{})
 	c.quit = make(chan struct{})
-	c.awaiting = make(map[uint64]*outSnap)
+	c.awaiting = make(map[uint64]*outTransfer)
 	p.t.wg.Add(1)
 	go p.read(c)
 	return c, nil
@@ -379,14 +422,17 @@ func (p *peer) read(c *outConn) {
 	}
 }
 
-// write sends what is queued, interleaved with the chunks of a snapshot
-// transfer one at a time so that heartbeats keep flowing beside it, and
-// flushes whenever the queue is empty.
+// write sends what is queued, interleaved with the chunks of one
+// transfer at a time so that heartbeats keep flowing beside it, and
+// flushes whenever the queue is empty. It takes the acks that come
+// meanwhile, so that a long transfer does not hold another's.
 func (p *peer) write(c *outConn) error {
 	for {
 		select {
 		case <-p.quit:
 			return errStopped
+		case a := <-c.acks:
+			p.acked(c, a)
 		default:
 		}
 		if err := c.conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
@@ -399,7 +445,7 @@ func (p *peer) write(c *outConn) error {
 			return err
 		}
 		if c.active == nil {
-			c.active = p.nextSnapshot(c)
+			c.active = p.nextTransfer(c)
 		}
 		if c.active != nil {
 			if err := p.writeChunk(c); err != nil {
@@ -410,7 +456,9 @@ func (p *peer) write(c *outConn) error {
 			if err := c.w.Flush(); err != nil {
 				return err
 			}
-			if c.active == nil {
+			// A transfer that ended wakes no one: the next goes on
+			// here.
+			if c.active == nil && !p.transferReady(c) {
 				return nil
 			}
 		}
@@ -461,21 +509,36 @@ func (p *peer) writeMessages(c *outConn, items []item) error {
 	return nil
 }
 
-// nextSnapshot takes the first waiting MsgSnap for a group that has none
-// waiting for its ack on c.
-func (p *peer) nextSnapshot(c *outConn) *outSnap {
+// nextTransfer takes the first waiting transfer that may go on c.
+func (p *peer) nextTransfer(c *outConn) *outTransfer {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for i, s := range p.snaps {
-		if c.awaiting[s.group] == nil {
-			p.snaps = append(p.snaps[:i], p.snaps[i+1:]...)
-			p.snapped -= len(s.data)
-			p.transfers++
-			s.transfer = p.transfers
-			return s
-		}
+	if i := p.readyAt(c); i >= 0 {
+		s := p.waiting[i]
+		p.waiting = slices.Delete(p.waiting, i, i+1)
+		p.waitBytes -= len(s.data)
+		p.transfers++
+		s.transfer = p.transfers
+		p.writing = s
+		return s
 	}
 	return nil
+}
+
+// transferReady reports whether a waiting transfer may go on c.
+func (p *peer) transferReady(c *outConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.readyAt(c) >= 0
+}
+
+// readyAt is the first waiting transfer that may go on c, or -1: any
+// but a MsgSnap for a group that has one waiting for its ack. p.mu is
+// held.
+func (p *peer) readyAt(c *outConn) int {
+	return slices.IndexFunc(p.waiting, func(s *outTransfer) bool {
+		return s.kind == frameMessageChunk || c.awaiting[s.group] == nil
+	})
 }
 
 func (p *peer) writeChunk(c *outConn) error {
@@ -484,16 +547,22 @@ func (p *peer) writeChunk(c *outConn) error {
 	ch := chunk{group: s.group, transfer: s.transfer, total: uint64(len(s.data)), offset: uint64(s.sent), crc: s.crc,
 		data: s.data[s.sent : s.sent+n]}
 	var hdr [headerSize + chunkHeader]byte
-	c.w.Write(appendChunkHeader(appendHeader(hdr[:0], frameChunk, chunkHeader+n), ch))
+	c.w.Write(appendChunkHeader(appendHeader(hdr[:0], s.kind, chunkHeader+n), ch))
 	if _, err := c.w.Write(ch.data); err != nil {
 		return err
 	}
 	p.t.stats.bytesSent.Add(uint64(headerSize + chunkHeader + n))
 	s.sent += n
-	if s.sent == len(s.data) {
+	if s.sent < len(s.data) {
+		return nil
+	}
+	c.active = nil
+	p.setWriting(nil)
+	if s.kind == frameSnapshotChunk {
 		s.deadline = time.Now().Add(snapshotAckTimeout)
 		c.awaiting[s.group] = s
-		c.active = nil
+	} else {
+		p.t.stats.largeSent.Add(1)
 	}
 	return nil
 }
@@ -521,19 +590,31 @@ func (p *peer) expire(c *outConn) {
 	}
 }
 
-// drop closes c and fails its transfers.
+// drop closes c and fails its transfers: the one being written is not
+// written again on the next connection, and the receiver forgets what it
+// had of it when its end of c closes.
 func (p *peer) drop(c *outConn) {
 	p.mu.Lock()
 	if p.conn == c.raw {
 		p.conn = nil
 	}
+	p.writing = nil
+	stopped := p.stopped
 	p.mu.Unlock()
 	close(c.quit)
 	c.raw.Close()
 	<-c.gone
-	if c.active != nil {
-		c.awaiting[c.active.group] = c.active
+	if s := c.active; s != nil {
 		c.active = nil
+		if s.kind == frameSnapshotChunk {
+			c.awaiting[s.group] = s
+		} else {
+			level := slog.LevelWarn
+			if stopped {
+				level = slog.LevelDebug
+			}
+			p.lose(s, level, fmt.Sprintf("its connection ended after %d of its %d bytes", s.sent, len(s.data)))
+		}
 	}
 	for g := range c.awaiting {
 		p.t.snapshotDone(g, p.id, false)
@@ -541,17 +622,22 @@ func (p *peer) drop(c *outConn) {
 	clear(c.awaiting)
 }
 
-// dropAll empties the queue and fails the waiting snapshots.
-func (p *peer) dropAll() {
+// dropAll empties the queue and drops the waiting transfers, the
+// snapshots reported failed.
+func (p *peer) dropAll(level slog.Level, why string) {
 	p.mu.Lock()
 	p.t.stats.dropped.Add(uint64(len(p.queue)))
 	clear(p.queue)
 	p.queue, p.queued = p.queue[:0], 0
-	snaps := p.snaps
-	p.snaps, p.snapped = nil, 0
+	waiting := p.waiting
+	p.waiting, p.waitBytes = nil, 0
 	p.mu.Unlock()
-	for _, s := range snaps {
-		p.t.snapshotDone(s.group, p.id, false)
+	for _, s := range waiting {
+		if s.kind == frameSnapshotChunk {
+			p.t.snapshotDone(s.group, p.id, false)
+		} else {
+			p.lose(s, level, why)
+		}
 	}
 	p.reportRejected()
 }

@@ -13,8 +13,8 @@ import (
 )
 
 // slowProxy forwards connections to target, the dialler's side at 64 KiB
-// a millisecond at most, so that a 20 MB snapshot takes long enough for heartbeats to
-// pass it. forwarded counts the bytes it carried that way.
+// a millisecond at most, so that a 20 MB snapshot takes long enough for
+// heartbeats to pass it. forwarded counts the bytes it carried that way.
 type slowProxy struct {
 	ln        net.Listener
 	target    string
@@ -43,6 +43,9 @@ func (p *slowProxy) accept() {
 		if err != nil {
 			return
 		}
+		// A fixed buffer turns Linux's autotuning off, which could
+		// otherwise let the dialler write tens of megabytes ahead.
+		in.(*net.TCPConn).SetReadBuffer(256 << 10)
 		out, err := net.Dial("tcp", p.target)
 		if err != nil {
 			in.Close()
@@ -77,6 +80,16 @@ func (p *slowProxy) copy(dst, src net.Conn, slow bool) {
 			return
 		}
 	}
+}
+
+// cut closes the connections it carries, and goes on taking new ones.
+func (p *slowProxy) cut() {
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
 }
 
 func (p *slowProxy) close() {

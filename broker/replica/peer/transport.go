@@ -27,12 +27,18 @@ type Config struct {
 	Peers map[uint64]string
 
 	// Deliver is called with every message received, in the order the
-	// sender sent them per (sender, group), except that a MsgSnap comes
-	// when its transfer ends, after messages sent behind it. It runs on
-	// the goroutine that reads that sender's connection, so calls for
-	// different senders run at once; it must not block for long (a
-	// Group's owner takes the message through a channel). m is the
-	// callee's to keep.
+	// sender sent them per (sender, group), except that a message sent in
+	// chunks (a MsgSnap, or one too big for a frame: a MsgApp with a large
+	// entry) comes when its last chunk has arrived, after messages sent
+	// behind it. Raft takes that as it would a network that reorders: a
+	// follower rejects a MsgApp that does not follow its log, and the
+	// leader probes and sends again. Messages sent in chunks to one peer
+	// go one at a time, in the order sent (but a MsgSnap waits while its
+	// group's last is not acknowledged). Each message comes once, whole,
+	// or not at all. Deliver runs on the goroutine that reads that
+	// sender's connection, so calls for different senders run at once; it
+	// must not block for long (a Group's owner takes the message through a
+	// channel). m is the callee's to keep.
 	Deliver func(group uint64, m *pb.Message)
 	// SnapshotDone, if set, reports whether a MsgSnap this node sent
 	// reached its peer whole (the receiver acknowledged it) or failed
@@ -55,9 +61,17 @@ type Config struct {
 	// yet written; Send drops what does not fit (defaults 4096 messages,
 	// 16 MiB).
 	QueueLength, QueueBytes int
-	// MaxSnapshot bounds a marshalled MsgSnap, sent or received, and the
-	// MsgSnaps waiting for their turn to one peer, together (default
-	// 1 GiB). A receiver holds one transfer per connection at most.
+	// MaxTransfer bounds a message sent in chunks (a MsgSnap, or any
+	// other too big for a frame), marshalled, sent or received, and those
+	// waiting for their turn to one peer, together (default 1 GiB). Send
+	// drops a larger one. A sender holds the one it writes to each peer
+	// besides those waiting, a receiver one per connection at most, each
+	// whole. A receiver closes a connection that sends it a larger one, so
+	// all nodes should have the same.
+	MaxTransfer int
+	// MaxSnapshot is MaxTransfer's old name, used if MaxTransfer is 0.
+	//
+	// Deprecated: set MaxTransfer.
 	MaxSnapshot int
 }
 
@@ -66,9 +80,18 @@ type Stats struct {
 	MessagesSent, MessagesReceived uint64 // Raft messages, MsgSnaps not counted
 	BytesSent, BytesReceived       uint64 // on the wire, hellos and frames
 
-	// Dropped counts messages Send dropped: a full queue, a peer unknown
-	// or down, a message too big for a frame.
+	// Dropped counts messages Send took and that will not arrive: a full
+	// queue, a peer unknown or down, a connection lost with them, a large
+	// message as LargeDropped says. MsgSnaps are counted as failed.
 	Dropped uint64
+
+	// Large messages are those other than MsgSnaps too big for a frame,
+	// sent in chunks. LargeSent counts those written whole, LargeReceived
+	// those delivered, LargeDropped those Send dropped (over MaxTransfer,
+	// no room beside those waiting, a MsgApp whose entries are on their
+	// way already, the peer down) or whose connection ended midway; they
+	// are in Dropped too.
+	LargeSent, LargeReceived, LargeDropped uint64
 
 	// SnapshotsSent counts MsgSnaps acknowledged, SnapshotsFailed those
 	// reported failed.
@@ -94,9 +117,9 @@ const (
 	snapshotAckTimeout = 10 * time.Second
 	backoffMin         = 50 * time.Millisecond
 	backoffMax         = 2 * time.Second
-	// maxPendingSnapshots bounds the MsgSnaps waiting for their turn to
+	// maxWaitingTransfers bounds the transfers waiting for their turn to
 	// one peer.
-	maxPendingSnapshots = 16
+	maxWaitingTransfers = 64
 	// maxHandshakes bounds the incoming connections not yet past their
 	// hello: a flood of idle clients costs no more than this many.
 	maxHandshakes = 64
@@ -121,6 +144,11 @@ type Transport struct {
 	incoming map[uint64]*inbound // the connection from each peer that passed its handshake
 	conns    map[net.Conn]bool   // every incoming connection, for Close
 
+	// largeAt is the size over which a marshalled message (not a MsgSnap)
+	// is sent in chunks: one that does not fit a frame by itself or the
+	// whole queue.
+	largeAt int
+
 	stats counters
 }
 
@@ -128,6 +156,7 @@ type counters struct {
 	messagesSent, messagesReceived                      atomic.Uint64
 	bytesSent, bytesReceived                            atomic.Uint64
 	dropped                                             atomic.Uint64
+	largeSent, largeReceived, largeDropped              atomic.Uint64
 	snapshotsSent, snapshotsReceived, snapshotsFailed   atomic.Uint64
 	connects, dialFailures, accepts, refused, malformed atomic.Uint64
 }
@@ -150,8 +179,11 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.QueueBytes <= 0 {
 		cfg.QueueBytes = 16 << 20
 	}
-	if cfg.MaxSnapshot <= 0 {
-		cfg.MaxSnapshot = 1 << 30
+	if cfg.MaxTransfer <= 0 {
+		cfg.MaxTransfer = cfg.MaxSnapshot
+	}
+	if cfg.MaxTransfer <= 0 {
+		cfg.MaxTransfer = 1 << 30
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -172,6 +204,7 @@ func New(cfg Config) (*Transport, error) {
 		peers:    make(map[uint64]*peer),
 		incoming: make(map[uint64]*inbound),
 		conns:    make(map[net.Conn]bool),
+		largeAt:  min(maxMessage, cfg.QueueBytes),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for id, addr := range cfg.Peers {
@@ -188,8 +221,11 @@ func (t *Transport) Addr() string { return t.ln.Addr().String() }
 // Send queues msgs for their peers (each message's To) and returns at
 // once. What cannot be queued is dropped and counted: Raft sends again
 // what matters. A dropped MsgSnap is reported to SnapshotDone as failed.
-// Send marshals the messages before it returns, so the caller may change
-// them afterwards. It is safe to call from any goroutine.
+// A MsgSnap, and any other message too big for a frame or the whole
+// queue, waits for its turn to be sent in chunks (see Config.Deliver and
+// MaxTransfer). Send marshals the messages before it returns, so the
+// caller may change them afterwards; a large one is held marshalled until
+// it has been written. It is safe to call from any goroutine.
 func (t *Transport) Send(group uint64, msgs []*pb.Message) {
 	for _, m := range msgs {
 		t.mu.RLock()
@@ -197,6 +233,9 @@ func (t *Transport) Send(group uint64, msgs []*pb.Message) {
 		t.mu.RUnlock()
 		if p == nil || t.closed.Load() {
 			t.stats.dropped.Add(1)
+			if m.GetType() != pb.MessageType_MsgSnap && proto.Size(m) > t.largeAt {
+				t.stats.largeDropped.Add(1)
+			}
 			continue
 		}
 		b, err := proto.Marshal(m)
@@ -205,19 +244,16 @@ func (t *Transport) Send(group uint64, msgs []*pb.Message) {
 			t.stats.dropped.Add(1)
 			continue
 		}
-		if m.GetType() == pb.MessageType_MsgSnap {
-			p.queueSnapshot(group, b)
-			continue
+		switch {
+		case m.GetType() == pb.MessageType_MsgSnap:
+			p.queueTransfer(newTransfer(frameSnapshotChunk, group, m, b))
+		case len(b) > t.largeAt:
+			// Raft cuts appends at MaxSizePerMsg, but sends an entry
+			// bigger than that alone: a large message or transaction.
+			p.queueTransfer(newTransfer(frameMessageChunk, group, m, b))
+		default:
+			p.queueMessage(group, b)
 		}
-		if len(b) > maxMessage {
-			// Raft splits appends at MaxSizePerMsg; only an entry
-			// bigger than a frame can make one this big.
-			t.log.Warn("a Raft message too big for a frame was dropped", "peer", p.id, "group", group,
-				"type", m.GetType(), "bytes", len(b), "max", maxMessage)
-			t.stats.dropped.Add(1)
-			continue
-		}
-		p.queueMessage(group, b)
 	}
 }
 
@@ -242,8 +278,8 @@ func (t *Transport) SetPeer(id uint64, addr string) {
 	go p.run()
 }
 
-// RemovePeer forgets a peer: its queue is dropped, its snapshots in
-// flight fail, and its connections both ways are closed. It does not wait
+// RemovePeer forgets a peer: its queue and transfers are dropped, its
+// snapshots in flight fail, and its connections both ways are closed. It does not wait
 // for them to end, so a callback about it may still come.
 func (t *Transport) RemovePeer(id uint64) {
 	t.mu.Lock()
@@ -267,6 +303,9 @@ func (t *Transport) Stats() Stats {
 		BytesSent:         t.stats.bytesSent.Load(),
 		BytesReceived:     t.stats.bytesReceived.Load(),
 		Dropped:           t.stats.dropped.Load(),
+		LargeSent:         t.stats.largeSent.Load(),
+		LargeReceived:     t.stats.largeReceived.Load(),
+		LargeDropped:      t.stats.largeDropped.Load(),
 		SnapshotsSent:     t.stats.snapshotsSent.Load(),
 		SnapshotsReceived: t.stats.snapshotsReceived.Load(),
 		SnapshotsFailed:   t.stats.snapshotsFailed.Load(),

@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,10 +25,11 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// waitFor polls cond until it holds; the deadline only bounds a failure.
+// waitFor polls cond until it holds; the deadline only bounds a failure,
+// and is long because the race detector makes moving megabytes slow.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -400,13 +402,20 @@ func TestRefused(t *testing.T) {
 		"an unknown type":      appendHeader(nil, 77, 1),
 		"a truncated message":  frame(frameMessages, appendMessages(nil, []item{{1, truncated}})),
 		"an ack from a sender": frame(frameAck, appendAck(nil, ack{1, 1})),
-		"a chunk out of order": frame(frameChunk, appendChunk(nil,
+		"a chunk out of order": frame(frameSnapshotChunk, appendChunk(nil,
 			chunk{group: 1, transfer: 1, total: 100, offset: 50, data: []byte("x")})),
+		"a MsgApp in snapshot chunks": slices.Concat(chunkFrames(frameSnapshotChunk, 1, 1,
+			marshal(t, appendMsg(3, 2, 1, 100)), 10)),
+		"a MsgSnap in message chunks": slices.Concat(chunkFrames(frameMessageChunk, 1, 1,
+			marshal(t, snapMsg(3, 2, 100)), 10)),
 	} {
 		raw(what, append(append([]byte(nil), good...), f...))
 	}
-	if n := b.Stats().Malformed - malformed; n != 5 {
-		t.Fatalf("%d connections closed as malformed, want 5", n)
+	if n := b.Stats().Malformed - malformed; n != 7 {
+		t.Fatalf("%d connections closed as malformed, want 7", n)
+	}
+	if n := got.len(); n != 0 {
+		t.Fatalf("%d messages delivered from bad input", n)
 	}
 
 	commit := uint64(0)

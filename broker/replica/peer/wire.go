@@ -13,8 +13,10 @@ import (
 // does the IO.
 
 const (
-	magic   = "WBRP" // walbus Raft peer
-	version = 1
+	magic = "WBRP" // walbus Raft peer
+	// version 2 added message chunks (type 4); a node of version 1
+	// refused them, so the two do not talk.
+	version = 2
 
 	// helloFixed is a hello's size before the cluster name: magic,
 	// version, sender, receiver, the name's length.
@@ -35,7 +37,7 @@ const (
 	// holds alone.
 	maxMessage = maxPayload - runHeader - msgHeader
 
-	// chunkSize is how much of a snapshot goes in one frame: small enough
+	// chunkSize is how much of a transfer goes in one frame: small enough
 	// that a heartbeat queued behind a chunk waits little.
 	chunkSize = 256 << 10
 
@@ -49,19 +51,22 @@ const (
 type frameType uint8
 
 const (
-	frameMessages frameType = 1 // sender to receiver: runs of Raft messages
-	frameChunk    frameType = 2 // sender to receiver: a piece of a MsgSnap
-	frameAck      frameType = 3 // receiver to sender: a MsgSnap arrived whole
+	frameMessages      frameType = 1 // sender to receiver: runs of Raft messages
+	frameSnapshotChunk frameType = 2 // sender to receiver: a piece of a MsgSnap
+	frameAck           frameType = 3 // receiver to sender: a MsgSnap arrived whole
+	frameMessageChunk  frameType = 4 // sender to receiver: a piece of another message too big for a frame
 )
 
 func (t frameType) String() string {
 	switch t {
 	case frameMessages:
 		return "messages"
-	case frameChunk:
+	case frameSnapshotChunk:
 		return "snapshot chunk"
 	case frameAck:
 		return "snapshot ack"
+	case frameMessageChunk:
+		return "message chunk"
 	}
 	return fmt.Sprintf("frame type %d", uint8(t))
 }
@@ -139,7 +144,7 @@ func (fr *frameReader) next() (frameType, []byte, error) {
 	if n > maxPayload {
 		return 0, nil, protocolErr("%s frame of %d bytes, the most is %d", t, n, maxPayload)
 	}
-	if t < frameMessages || t > frameAck {
+	if t < frameMessages || t > frameMessageChunk {
 		return 0, nil, protocolErr("unknown %s", t)
 	}
 	buf := fr.buf[:0]
@@ -235,8 +240,8 @@ func decodeMessages(dst []item, p []byte) ([]item, error) {
 	return dst, nil
 }
 
-// chunk is a piece of a snapshot transfer: one MsgSnap, marshalled, sent
-// in order from offset 0 to total.
+// chunk is a piece of a transfer: one message (a MsgSnap, or another too
+// big for a frame), marshalled, sent in order from offset 0 to total.
 type chunk struct {
 	group    uint64
 	transfer uint64 // the sender's number for the transfer
@@ -259,10 +264,11 @@ func appendChunkHeader(dst []byte, c chunk) []byte {
 	return binary.BigEndian.AppendUint32(dst, c.crc)
 }
 
-// decodeChunk reads a chunk frame's payload; its data alias p.
+// decodeChunk reads the payload of a chunk frame of either kind; its data
+// alias p.
 func decodeChunk(p []byte) (chunk, error) {
 	if len(p) <= chunkHeader {
-		return chunk{}, protocolErr("snapshot chunk of %d bytes", len(p))
+		return chunk{}, protocolErr("chunk of %d bytes", len(p))
 	}
 	c := chunk{
 		group:    binary.BigEndian.Uint64(p),
@@ -273,12 +279,12 @@ func decodeChunk(p []byte) (chunk, error) {
 		data:     p[chunkHeader:],
 	}
 	if c.offset > c.total || uint64(len(c.data)) > c.total-c.offset {
-		return chunk{}, protocolErr("snapshot chunk of %d bytes at %d runs past its end %d", len(c.data), c.offset, c.total)
+		return chunk{}, protocolErr("chunk of %d bytes at %d runs past its end %d", len(c.data), c.offset, c.total)
 	}
 	return c, nil
 }
 
-// ack says that the transfer arrived whole and was delivered.
+// ack says that a MsgSnap's transfer arrived whole and was delivered.
 type ack struct {
 	group, transfer uint64
 }

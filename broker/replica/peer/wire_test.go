@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -40,18 +41,35 @@ func wireSeeds(t testing.TB) [][]byte {
 	})
 	snap := marshal(t, &pb.Message{Type: pb.MessageType_MsgSnap.Enum(), To: proto.Uint64(2),
 		Snapshot: &pb.Snapshot{Data: []byte("state"), Metadata: &pb.SnapshotMetadata{Index: proto.Uint64(4), Term: proto.Uint64(2)}}})
-	crc := crc32.Checksum(snap, castagnoli)
-	first := appendChunk(nil, chunk{group: 3, transfer: 1, total: uint64(len(snap)), offset: 0, crc: crc, data: snap[:10]})
-	rest := appendChunk(nil, chunk{group: 3, transfer: 1, total: uint64(len(snap)), offset: 10, crc: crc, data: snap[10:]})
+	first, rest := chunkFrames(frameSnapshotChunk, 3, 1, snap, 10)
+	app := marshal(t, appendMsg(1, 2, 5, 40))
+	appFirst, appRest := chunkFrames(frameMessageChunk, 4, 2, app, 17)
 	return [][]byte{
 		frame(frameMessages, msgs),
-		append(frame(frameChunk, first), frame(frameChunk, rest)...),
+		append(first, rest...),
 		frame(frameAck, appendAck(nil, ack{group: 3, transfer: 1})),
+		// A large message's chunks with messages between, then a
+		// snapshot's.
+		slices.Concat(appFirst, frame(frameMessages, msgs), appRest, first, rest),
+		// A message chunk inside a snapshot's transfer, a MsgApp sent as
+		// a snapshot, and a transfer number that does not rise.
+		append(first, appRest...),
+		slices.Concat(chunkFrames(frameSnapshotChunk, 4, 2, app, 17)),
+		slices.Concat(appFirst, appRest, first, rest),
 		frame(frameMessages, nil),
-		appendHeader(nil, frameChunk, maxPayload+1),
+		appendHeader(nil, frameSnapshotChunk, maxPayload+1),
 		appendHeader(nil, frameMessages, maxPayload), // a length that lies
 		[]byte("GET / HTTP/1.1\r\n\r\n"),
 	}
+}
+
+// chunkFrames cuts data into the two chunk frames of one transfer, at.
+func chunkFrames(kind frameType, group, transfer uint64, data []byte, at int) (first, rest []byte) {
+	c := chunk{group: group, transfer: transfer, total: uint64(len(data)), crc: crc32.Checksum(data, castagnoli)}
+	c.data = data[:at]
+	first = frame(kind, appendChunk(nil, c))
+	c.offset, c.data = uint64(at), data[at:]
+	return first, frame(kind, appendChunk(nil, c))
 }
 
 func TestMessagesRoundTrip(t *testing.T) {
@@ -105,6 +123,61 @@ func TestDecodeRefuses(t *testing.T) {
 	}
 }
 
+// TestReassemblerRefuses: what a sender's transfers may not do, each
+// after a good start where it needs one.
+func TestReassemblerRefuses(t *testing.T) {
+	data := []byte("a message of some forty bytes, marshalled")
+	crc := crc32.Checksum(data, castagnoli)
+	at := func(transfer, offset uint64, n int) chunk {
+		return chunk{group: 7, transfer: transfer, total: uint64(len(data)), offset: offset, crc: crc,
+			data: data[offset : offset+uint64(n)]}
+	}
+	type step struct {
+		kind frameType
+		c    chunk
+	}
+	for name, steps := range map[string][]step{
+		"no transfer begun":    {{frameMessageChunk, at(1, 10, 5)}},
+		"over the limit":       {{frameMessageChunk, chunk{group: 7, transfer: 1, total: 1 << 20, data: []byte("x")}}},
+		"another kind":         {{frameMessageChunk, at(1, 0, 10)}, {frameSnapshotChunk, at(1, 10, 5)}},
+		"another transfer":     {{frameMessageChunk, at(1, 0, 10)}, {frameMessageChunk, at(2, 10, 5)}},
+		"begun again":          {{frameMessageChunk, at(1, 0, 10)}, {frameMessageChunk, at(2, 0, 10)}},
+		"a gap":                {{frameMessageChunk, at(1, 0, 10)}, {frameMessageChunk, at(1, 11, 5)}},
+		"a number not rising":  {{frameMessageChunk, at(2, 0, len(data))}, {frameMessageChunk, at(2, 0, len(data))}},
+		"a number going back":  {{frameMessageChunk, at(2, 0, len(data))}, {frameSnapshotChunk, at(1, 0, len(data))}},
+		"another CRC midway":   {{frameMessageChunk, at(1, 0, 10)}, {frameMessageChunk, func() chunk { c := at(1, 10, 5); c.crc++; return c }()}},
+		"a CRC that is wrong":  {{frameMessageChunk, func() chunk { c := at(1, 0, len(data)); c.crc++; return c }()}},
+		"another total midway": {{frameMessageChunk, at(1, 0, 10)}, {frameMessageChunk, func() chunk { c := at(1, 10, 5); c.total++; return c }()}},
+	} {
+		var r reassembler
+		var err error
+		for i, s := range steps {
+			var a *assembly
+			a, err = r.add(s.kind, s.c, 100)
+			if i < len(steps)-1 && err != nil {
+				t.Fatalf("%s: step %d: %v", name, i, err)
+			}
+			if a != nil && i == len(steps)-1 {
+				t.Fatalf("%s: a transfer came out", name)
+			}
+		}
+		if !errors.Is(err, errProtocol) {
+			t.Errorf("%s: %v, want a protocol error", name, err)
+		}
+	}
+	var r reassembler
+	for i, kind := range []frameType{frameMessageChunk, frameSnapshotChunk, frameMessageChunk} {
+		transfer := uint64(3 * (i + 1)) // rising, not by one
+		if a, err := r.add(kind, at(transfer, 0, 20), 100); a != nil || err != nil {
+			t.Fatalf("transfer %d, first chunk: %v, %v", transfer, a, err)
+		}
+		a, err := r.add(kind, at(transfer, 20, len(data)-20), 100)
+		if err != nil || a == nil || !bytes.Equal(a.data, data) || a.kind != kind || cap(a.data) != len(data) {
+			t.Fatalf("transfer %d: %+v, %v", transfer, a, err)
+		}
+	}
+}
+
 func TestHelloRoundTrip(t *testing.T) {
 	h := hello{cluster: "prod-west", from: 1, to: 1<<64 - 1}
 	b := appendHello(nil, h)
@@ -113,9 +186,9 @@ func TestHelloRoundTrip(t *testing.T) {
 		t.Fatalf("read %+v, %v; want %+v", got, err, h)
 	}
 	bad := append([]byte(nil), b...)
-	bad[5] = 2 // version 2
+	bad[5] = 1 // version 1, without message chunks
 	if _, err := readHello(bytes.NewReader(bad)); !errors.Is(err, errProtocol) {
-		t.Fatalf("version 2: %v", err)
+		t.Fatalf("version 1: %v", err)
 	}
 	if _, err := readHello(bytes.NewReader(b[:len(b)-1])); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("cut short: %v", err)
@@ -159,7 +232,7 @@ func FuzzReadFrame(f *testing.F) {
 					var m pb.Message
 					_ = proto.Unmarshal(it.data, &m)
 				}
-			case frameChunk:
+			case frameSnapshotChunk, frameMessageChunk:
 				c, err := decodeChunk(payload)
 				if err != nil {
 					continue
@@ -188,6 +261,7 @@ func FuzzReadHello(f *testing.F) {
 	f.Add(appendHello(nil, hello{cluster: "c", from: 1, to: 2}))
 	f.Add(appendHello(nil, hello{}))
 	f.Add([]byte("WBRP\x00\x01"))
+	f.Add([]byte("WBRP\x00\x02"))
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := bytes.NewReader(data)
@@ -202,14 +276,15 @@ func FuzzReadHello(f *testing.F) {
 }
 
 // FuzzInbound runs what a connection carries after its handshake through
-// the receiver: frames, message decoding, snapshot reassembly. Nothing
-// panics, and memory stays within the snapshot bound.
+// the receiver: frames, message decoding, reassembly of transfers.
+// Nothing panics, memory stays within the transfer bound, and what comes
+// in chunks is delivered as the kind of chunk it came in says.
 func FuzzInbound(f *testing.F) {
 	for _, s := range wireSeeds(f) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tr := &Transport{cfg: Config{MaxSnapshot: 1 << 20, Deliver: func(group uint64, m *pb.Message) {
+		tr := &Transport{cfg: Config{MaxTransfer: 1 << 20, Deliver: func(group uint64, m *pb.Message) {
 			if m == nil {
 				t.Fatal("nil message delivered")
 			}
@@ -219,8 +294,64 @@ func FuzzInbound(f *testing.F) {
 		if err == nil {
 			t.Fatal("loop ended without an error")
 		}
-		if in.snap != nil && cap(in.snap.data) > 2<<20 {
-			t.Fatalf("a transfer holds %d bytes", cap(in.snap.data))
+		if a := in.transfers.cur; a != nil && uint64(cap(a.data)) > a.total {
+			t.Fatalf("a transfer of %d bytes holds %d", a.total, cap(a.data))
+		}
+	})
+}
+
+// FuzzReassemble feeds the chunk frames among arbitrary bytes to a
+// reassembler, checked against a model that keeps each transfer's chunks
+// as they were accepted: a transfer comes out once, when its last chunk
+// comes, equal to its chunks end to end, its CRC good, its numbers rising,
+// its buffer no bigger than its total.
+func FuzzReassemble(f *testing.F) {
+	for _, s := range wireSeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		const limit = 1 << 20
+		var r reassembler
+		var model []byte // the transfer under way, as accepted so far
+		var last uint64
+		fr := frameReader{r: bytes.NewReader(data)}
+		for {
+			typ, payload, err := fr.next()
+			if err != nil {
+				return
+			}
+			if typ != frameSnapshotChunk && typ != frameMessageChunk {
+				continue
+			}
+			c, err := decodeChunk(payload)
+			if err != nil {
+				continue
+			}
+			a, err := r.add(typ, c, limit)
+			if err != nil {
+				return // the connection closes
+			}
+			if c.offset == 0 {
+				model = nil
+			}
+			model = append(model, c.data...)
+			if a == nil {
+				if cur := r.cur; cur == nil || uint64(cap(cur.data)) > cur.total || !bytes.Equal(cur.data, model) {
+					t.Fatal("the transfer under way is not what came")
+				}
+				continue
+			}
+			switch {
+			case r.cur != nil:
+				t.Fatal("a transfer came out and stays under way")
+			case !bytes.Equal(a.data, model) || uint64(len(a.data)) != a.total || uint64(cap(a.data)) != a.total:
+				t.Fatalf("transfer %d: %d bytes of %d (capacity %d), not what came", a.transfer, len(a.data), a.total, cap(a.data))
+			case crc32.Checksum(a.data, castagnoli) != a.crc:
+				t.Fatalf("transfer %d came out with a bad CRC", a.transfer)
+			case a.transfer <= last || a.kind != typ || a.total > limit:
+				t.Fatalf("transfer %d (%s, %d bytes) after %d", a.transfer, a.kind, a.total, last)
+			}
+			last, model = a.transfer, nil
 		}
 	})
 }
