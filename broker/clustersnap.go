@@ -129,11 +129,13 @@ func (e *Entity) startMemberSnapshot(l memberLog) {
 	}
 	go func() {
 		start := time.Now()
+		var raw []byte
 		err := <-barrier
-		// Where the records sit in this member's log, for the tools.
-		frozen.Reposition(l.Position)
-		raw := frozen.Encode(nil)
 		if err == nil {
+			// Where the records sit in this member's log, for the tools
+			// (the events the state applied came without).
+			frozen.Reposition(l.Position)
+			raw = frozen.Encode(nil)
 			// The offline tools read the entity's own snapshots: one of
 			// the same state goes there first, so the log is never cut
 			// past what they can read.

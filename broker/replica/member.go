@@ -306,16 +306,22 @@ func (m *Member) proposeChange(p *proposal) error {
 	return m.g.ProposeConfChange(&pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{p.change}})
 }
 
-// ownChange is the pending membership change whose entry is the one at
-// log index first, if it is this member's.
-func (m *Member) ownChange(first uint64, data []byte) *proposal {
+// ownChange is the pending membership change whose entry is entry index,
+// at log index first, if it is this member's: an entry without data at
+// that log index, of the term it was proposed in (another leader's empty
+// entry there would be of a later term).
+func (m *Member) ownChange(index, first uint64, data []byte) *proposal {
 	if len(m.pending) == 0 || data != nil {
 		return nil
 	}
-	if p := m.pending[0]; p.change != nil && p.tag == first {
-		return p
+	p := m.pending[0]
+	if p.change == nil || p.tag != first {
+		return nil
 	}
-	return nil
+	if term, err := m.st.Term(index); err != nil || term != p.term {
+		return nil
+	}
+	return p
 }
 
 // AppendLazy is Append with nobody waiting for the commit.
@@ -604,7 +610,7 @@ func (mm memberMachine) Apply(index uint64, data []byte) error {
 		m.cfg.OnCommit()
 	}
 	m.release() // barriers that wait for what came before
-	if p := m.ownChange(first, data); p != nil {
+	if p := m.ownChange(index, first, data); p != nil {
 		// Its own membership change (or the empty entry that stood in
 		// for it): the owner counted its log index when it appended.
 		m.pending = m.pending[1:]
