@@ -253,11 +253,14 @@ func (c *testCluster) isolate(id uint64, cut bool) {
 	c.net.cut[id] = cut
 }
 
-func (c *testCluster) entity(id uint64) *Entity {
+func (c *testCluster) entity(id uint64) *Entity { return c.entityOn(id, "orders") }
+
+// entityOn is the entity called name on node id.
+func (c *testCluster) entityOn(id uint64, name string) *Entity {
 	c.net.mu.Lock()
 	b := c.net.brokers[id]
 	c.net.mu.Unlock()
-	e, err := b.Entity("orders")
+	e, err := b.Entity(name)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -265,20 +268,24 @@ func (c *testCluster) entity(id uint64) *Entity {
 }
 
 // leaderOf waits for a node other than not that leads the queue.
-func (c *testCluster) leaderOf(not uint64) uint64 {
+func (c *testCluster) leaderOf(not uint64) uint64 { return c.leaderOfEntity("orders", not) }
+
+// leaderOfEntity waits for a node other than not that leads the entity
+// called name.
+func (c *testCluster) leaderOfEntity(name string, not uint64) uint64 {
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		for id := uint64(1); id <= 3; id++ {
 			c.net.mu.Lock()
 			up := c.net.brokers[id] != nil && !c.net.cut[id]
 			c.net.mu.Unlock()
-			if id != not && up && c.entity(id).Leading() {
+			if id != not && up && c.entityOn(id, name).Leading() {
 				return id
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c.t.Fatal("no node leads the queue")
+	c.t.Fatalf("no node leads %s", name)
 	return 0
 }
 

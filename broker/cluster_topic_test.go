@@ -24,26 +24,8 @@ func TestClusterTopicFailsOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	news := func(id uint64) *Entity {
-		e, err := c.broker(id).Entity("news")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	leaderOf := func(not uint64) uint64 {
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			for id := uint64(1); id <= 3; id++ {
-				if id != not && c.broker(id) != nil && news(id).Leading() {
-					return id
-				}
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatal("no node leads the topic")
-		return 0
-	}
+	news := func(id uint64) *Entity { return c.entityOn(id, "news") }
+	leaderOf := func(not uint64) uint64 { return c.leaderOfEntity("news", not) }
 	leader := leaderOf(0)
 	// The first call waits for the leader to record the topic's creation.
 	deadline := time.Now().Add(10 * time.Second)
@@ -144,26 +126,8 @@ func TestClusterSessionsFailOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	jobs := func(id uint64) *Entity {
-		e, err := c.broker(id).Entity("jobs")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	leaderOf := func(not uint64) uint64 {
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			for id := uint64(1); id <= 3; id++ {
-				if id != not && c.broker(id) != nil && jobs(id).Leading() {
-					return id
-				}
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatal("no node leads the queue")
-		return 0
-	}
+	jobs := func(id uint64) *Entity { return c.entityOn(id, "jobs") }
+	leaderOf := func(not uint64) uint64 { return c.leaderOfEntity("jobs", not) }
 	leader := leaderOf(0)
 	sendUntilCreated(t, jobs(leader), []projection.Message{{MessageID: "m1", SessionID: "s1", Body: []byte("1")}})
 	sendSync(t, jobs(leader), projection.Message{MessageID: "m2", SessionID: "s1", Body: []byte("2")},

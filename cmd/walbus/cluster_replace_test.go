@@ -22,8 +22,8 @@ import (
 // once the others' turns are over and hands the deferred messages out,
 // bodies and all. A second add of the same node changes nothing, a
 // remove of a node not in the group neither, and bad flags are usage
-// errors. Stopped, every node's data directory passes walbus verify and
-// walbus state reads it.
+// errors. Stopped, every node's data directory passes walbus verify, and
+// walbus state, replay and dump read it; walbus compact refuses it.
 func TestClusterReplaceNode(t *testing.T) {
 	config := ordersConfig(t, "")
 	peers := map[int]string{}
@@ -107,6 +107,15 @@ func TestClusterReplaceNode(t *testing.T) {
 		code, out, errOut := runWalbus(t, nil, "state", "--data", p.dir, "--entity", "orders")
 		if code != 0 || !strings.Contains(out, "deferred") {
 			t.Fatalf("walbus state on node %d: exit %d\n%s\n%s", id, code, out, errOut)
+		}
+		for _, tool := range []string{"replay", "dump"} {
+			if code, out, errOut := runWalbus(t, nil, tool, "--data", p.dir); code != 0 {
+				t.Fatalf("walbus %s on node %d: exit %d\n%s\n%s", tool, id, code, out, errOut)
+			}
+		}
+		// Compaction offline would cut a log Raft keeps: refused.
+		if code, out, errOut := runWalbus(t, nil, "compact", "--data", p.dir); code == 0 || !strings.Contains(errOut, "cluster member") {
+			t.Fatalf("walbus compact on node %d: exit %d\n%s\n%s", id, code, out, errOut)
 		}
 	}
 

@@ -75,6 +75,10 @@ func Compact(dataDir string, opts Options) ([]Report, error) {
 			continue
 		}
 		found = true
+		if _, err := os.Stat(filepath.Join(e.Dir, raftStateFile)); err == nil {
+			return reports, fmt.Errorf("entity %s is a cluster member's (its log is Raft's, and its snapshots cut it): "+
+				"walbus compact works on a single node's data", e.Name)
+		}
 		rep, err := compactEntity(e, opts)
 		if err != nil {
 			return reports, fmt.Errorf("entity %s: %w", e.Name, err)
@@ -86,6 +90,10 @@ func Compact(dataDir string, opts Options) ([]Report, error) {
 	}
 	return reports, nil
 }
+
+// raftStateFile is the file a cluster member's storage keeps beside its
+// entity's log (replica.LogStorage's hard state).
+const raftStateFile = "raft-state"
 
 // The layout of `--retain DIR`, which the offline tools read back: per
 // entity a directory named by its id holding the history archives and a
