@@ -160,11 +160,7 @@ func (e *Entity) startMemberSnapshot(l memberLog) {
 			default:
 				e.b.logger.Warn("member snapshot failed", "entity", e.name, "index", index, "err", err)
 			}
-			after := e.snap.after
-			e.snap.after = nil
-			for _, f := range after {
-				f()
-			}
+			e.snapshotEnded()
 		})
 	}()
 }

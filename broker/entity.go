@@ -580,13 +580,19 @@ func (e *Entity) startSnapshot(then func(error)) {
 			if then != nil {
 				then(err)
 			}
-			after := e.snap.after
-			e.snap.after = nil
-			for _, f := range after {
-				f()
-			}
+			e.snapshotEnded()
 		})
 	}()
+}
+
+// snapshotEnded runs, on the actor, what waited for the snapshot under
+// way to end (a final snapshot).
+func (e *Entity) snapshotEnded() {
+	after := e.snap.after
+	e.snap.after = nil
+	for _, f := range after {
+		f()
+	}
 }
 
 // armIdle starts the idle timer when the entity has had events since its

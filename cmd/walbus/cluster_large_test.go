@@ -46,22 +46,10 @@ func TestClusterLargeMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []*azservicebus.ReceivedMessage
-	for len(got) < 2 {
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		msgs, err := receiver.ReceiveMessages(rctx, 2-len(got), nil)
-		cancel()
-		if err != nil {
-			t.Fatalf("receive on the new leader after %d: %v", len(got), err)
-		}
-		got = append(got, msgs...)
-	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	got := receiveAll(t, rctx, receiver, 2)
 	if got[0].MessageID != "large" || !bytes.Equal(got[0].Body, body) || got[1].MessageID != "small" {
 		t.Fatalf("the new leader hands out %s (%d bytes) and %s", got[0].MessageID, len(got[0].Body), got[1].MessageID)
-	}
-	for _, m := range got {
-		if err := receiver.CompleteMessage(ctx, m, nil); err != nil {
-			t.Fatal(err)
-		}
 	}
 }

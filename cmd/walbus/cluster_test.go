@@ -76,21 +76,9 @@ func TestClusterProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []*azservicebus.ReceivedMessage
-	for len(got) < 40 {
-		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		msgs, err := receiver.ReceiveMessages(rctx, 40-len(got), nil)
-		cancel()
-		if err != nil {
-			t.Fatalf("receive on the new leader after %d: %v", len(got), err)
-		}
-		for _, m := range msgs {
-			if err := receiver.CompleteMessage(ctx, m, nil); err != nil {
-				t.Fatalf("complete %s: %v", m.MessageID, err)
-			}
-		}
-		got = append(got, msgs...)
-	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	got := receiveAll(t, rctx, receiver, 40)
 	slices.SortFunc(got, func(a, b *azservicebus.ReceivedMessage) int { return int(*a.SequenceNumber - *b.SequenceNumber) })
 	for i, m := range got {
 		if m.MessageID != before[i].MessageID || *m.SequenceNumber != *before[i].SequenceNumber ||

@@ -195,17 +195,12 @@ func (c *clusterChange) next(g *broker.GroupStatus) string {
 // post sends body to one of the administration API's cluster requests on
 // the node at addr.
 func (c *clusterChange) post(addr, op string, body any) error {
-	base := addr
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
 	b, _ := json.Marshal(body)
-	req, err := http.NewRequest(http.MethodPost, strings.TrimRight(base, "/")+"/$walbus/cluster/"+op, bytes.NewReader(b))
+	req, err := http.NewRequest(http.MethodPost, nodeBase(addr)+"/$walbus/cluster/"+op, bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
-	host := strings.TrimPrefix(strings.TrimPrefix(base, "http://"), "https://")
-	req.Header.Set("Authorization", sas.Sign("sb://"+strings.TrimRight(host, "/")+"/",
+	req.Header.Set("Authorization", sas.Sign("sb://"+req.URL.Host+"/",
 		sas.Key{Name: c.keyName, Value: c.key}, time.Now().Add(time.Hour), sas.GoStyle))
 	req.Header.Set("Content-Type", "application/json")
 	client := &http.Client{Timeout: 40 * time.Second} // a step waits for its commit (30 s at most)

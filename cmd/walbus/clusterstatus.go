@@ -144,11 +144,7 @@ func askNodes(addrs []string) []nodeAnswer {
 }
 
 func askNode(client *http.Client, addr string) (*admin.ClusterStatus, error) {
-	base := addr
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	resp, err := client.Get(strings.TrimRight(base, "/") + "/cluster")
+	resp, err := client.Get(nodeBase(addr) + "/cluster")
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +164,15 @@ func askNode(client *http.Client, addr string) (*admin.ClusterStatus, error) {
 		return nil, fmt.Errorf("its answer: %w", err)
 	}
 	return &st, nil
+}
+
+// nodeBase is the URL of the node at addr, host:port (plain HTTP) or a
+// URL, without a trailing slash.
+func nodeBase(addr string) string {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	return strings.TrimRight(addr, "/")
 }
 
 // clusterReport is the nodes' answers merged: what `walbus cluster
