@@ -159,7 +159,7 @@ func (e *Entity) transferOne(f *forwardState) {
 		done(err)
 		return
 	}
-	target.sendTransfer(msgs, &projection.Arrival{Source: e.forwardKey(event.TransferQueue), Seq: seqs[len(seqs)-1]}, hops, done)
+	target.sendTransfer(msgs, &projection.Arrival{Source: e.forwardKey(event.TransferQueue), Seqs: seqs}, hops, done)
 }
 
 // transferred finishes run number gen: its messages are completed here

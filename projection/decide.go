@@ -36,7 +36,7 @@ type Send struct {
 	Forward *Forward
 	// Arrival, if set, makes this the arrival of messages from another
 	// entity's transfer queue (send-via): they are sent as any others,
-	// and repeats of an arrival are dropped by its Source and Seq.
+	// and repeats of an arrival are dropped by its Source and Seqs.
 	Arrival *Arrival
 	// Via lists the entities on the ForwardTo chain the send followed
 	// (the one it was sent to first) that require duplicate detection,
@@ -444,11 +444,16 @@ func (d *decision) send(c Send) error {
 		if c.Forward != nil {
 			return fmt.Errorf("%w: a send is a forward or an arrival, not both", ErrInvalid)
 		}
-		if d.e.arrived(c.Arrival) {
+		fresh, err := d.e.fresh(c.Arrival, c.Messages)
+		if err != nil {
+			return err
+		}
+		if len(fresh) == 0 {
 			return nil // arrived before: the source is repeating it after a crash
 		}
+		c.Messages = fresh
 		// Recorded before the messages, in the same atomic group.
-		d.emit(event.Event{Type: event.Arrived, Source: c.Arrival.Source, Seq: c.Arrival.Seq})
+		d.emit(event.Event{Type: event.Arrived, Source: c.Arrival.Source, Seq: c.Arrival.Seqs[len(c.Arrival.Seqs)-1]})
 	}
 	topic := d.e.IsTopic()
 	if topic && c.Queue != event.MainQueue {

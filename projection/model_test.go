@@ -144,11 +144,18 @@ func (d *mDecision) run(cmd Command) error {
 			if c.Forward != nil {
 				return ErrInvalid
 			}
+			if len(a.Seqs) != len(c.Messages) || !slices.IsSorted(a.Seqs) || len(slices.Compact(slices.Clone(a.Seqs))) != len(a.Seqs) {
+				return ErrInvalid
+			}
 			// Sources send in order: no higher than the last is a repeat.
-			if last, ok := m.arrived[a.Source]; ok && a.Seq <= last {
+			for last, ok := m.arrived[a.Source]; ok && len(a.Seqs) > 0 && a.Seqs[0] <= last; {
+				a = &Arrival{Source: a.Source, Seqs: a.Seqs[1:]}
+				c.Messages = c.Messages[1:]
+			}
+			if len(c.Messages) == 0 {
 				return nil
 			}
-			d.emit(event.Event{Type: event.Arrived, Source: a.Source, Seq: a.Seq})
+			d.emit(event.Event{Type: event.Arrived, Source: a.Source, Seq: a.Seqs[len(a.Seqs)-1]})
 		}
 		if f := c.Forward; f != nil {
 			msg := c.Messages[0]
@@ -993,10 +1000,18 @@ func (h *history) step() {
 		if r.IntN(5) == 0 {
 			// An arrival from another entity's transfer queue (sources
 			// apart from the forwards'): the next one or one past it, or a
-			// repeat of the last or of the one before (a source's crash).
-			a := &Arrival{Source: uint64(10 + r.IntN(2)), Seq: uint64(1 + r.IntN(3))}
+			// repeat of the last or of the one before (a source's crash),
+			// perhaps with new ones after the repeats.
+			a := &Arrival{Source: uint64(10 + r.IntN(2))}
+			first := uint64(1 + r.IntN(3))
 			if last, ok := h.m.arrived[a.Source]; ok {
-				a.Seq = max(last+uint64(r.IntN(4)), 2) - 1
+				first = max(last+uint64(r.IntN(4)), 3) - 2
+			}
+			for i := range msgs {
+				a.Seqs = append(a.Seqs, first+uint64(i))
+			}
+			if r.IntN(30) == 0 && len(a.Seqs) > 1 {
+				a.Seqs[0], a.Seqs[1] = a.Seqs[1], a.Seqs[0] // out of order: refused
 			}
 			send := Send{Queue: event.MainQueue, Messages: msgs, Arrival: a}
 			if r.IntN(20) == 0 {

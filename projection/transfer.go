@@ -85,8 +85,10 @@ func (e *Entity) transferDeadLetter(q *Queue, ev *event.Event, m index.Meta) err
 // destination's append is durable. No client reaches the transfer queue,
 // so its messages are never locked. A crash between the two appends makes
 // the shell send them again: the destination's Arrived event remembers the
-// last one it took from this source and drops the repeat, which is sound
-// because the shell only ever sends the oldest messages, in order. What
+// last one it took from this source and drops the repeats, which is sound
+// because the shell only ever sends the oldest messages, in order. The
+// run that goes again may be longer than the first (more messages became
+// durable meanwhile), so the repeat is dropped message by message. What
 // the destination refuses for good goes to the transfer dead-letter
 // queue, saying why.
 
@@ -101,13 +103,36 @@ type Transfer struct {
 func (Transfer) isCommand() {}
 
 // Arrival marks a Send as messages from another entity's transfer queue:
-// Source is the key it sends under, Seq the SequenceNumber there of the
-// send's last message. A source sends in SequenceNumber order, so a Seq
-// no greater than the last arrival's from Source repeats one (the source
-// crashed before it completed it) and is dropped.
+// Source is the key it sends under, Seqs the SequenceNumber there of each
+// of the send's messages, ascending. A source sends in SequenceNumber
+// order, so a message whose Seq is no greater than the last one taken
+// from Source repeats one (the source crashed before it completed it) and
+// is dropped; the rest are sent.
 type Arrival struct {
 	Source uint64
-	Seq    uint64
+	Seqs   []uint64
+}
+
+// fresh is what of msgs, which a's Seqs number, has not arrived before,
+// or nil when a's Seqs are not ascending, one per message.
+func (e *Entity) fresh(a *Arrival, msgs []Message) ([]Message, error) {
+	if len(a.Seqs) != len(msgs) || len(msgs) == 0 {
+		return nil, fmt.Errorf("%w: an arrival of %d messages numbers %d", ErrInvalid, len(msgs), len(a.Seqs))
+	}
+	for i := 1; i < len(a.Seqs); i++ {
+		if a.Seqs[i] <= a.Seqs[i-1] {
+			return nil, fmt.Errorf("%w: an arrival's SequenceNumbers go back (%d after %d)", ErrInvalid, a.Seqs[i], a.Seqs[i-1])
+		}
+	}
+	last, ok := e.forwarded[a.Source]
+	if !ok {
+		return msgs, nil
+	}
+	i := 0
+	for i < len(msgs) && a.Seqs[i] <= last {
+		i++
+	}
+	return msgs[i:], nil
 }
 
 func (d *decision) transfer(c Transfer) error {
@@ -125,12 +150,6 @@ func (d *decision) transfer(c Transfer) error {
 			TTL: int64(m.TTL), MessageID: m.MessageID, SessionID: m.SessionID, Name: c.To, Message: m.Body})
 	}
 	return nil
-}
-
-// arrived reports whether a is a repeat of an arrival already taken.
-func (e *Entity) arrived(a *Arrival) bool {
-	last, ok := e.forwarded[a.Source]
-	return ok && a.Seq <= last
 }
 
 // TransferQueue is the entity's transfer queue, or nil: a topic has none,

@@ -3,6 +3,7 @@ package projection
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"testing"
 
 	"github.com/walbus/walbus/index"
@@ -73,4 +74,61 @@ func encodeV4(e *Entity) []byte {
 	b = b[:len(b)-5]
 	b[0] = 4
 	return b
+}
+
+// A source that crashed after its run arrived sends it again, longer by
+// what became durable meanwhile: the repeated messages are dropped one
+// by one and the new ones arrive, each once.
+func TestArrivalRepeatedInALongerRun(t *testing.T) {
+	e := New()
+	var index uint64
+	run := func(cmd Command) []event.Event {
+		t.Helper()
+		evs, err := e.Decide(cmd, 1_700_000_000_000_000_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range evs {
+			index++
+			evs[i].Index = index
+			if err := e.Apply(&evs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return evs
+	}
+	run(Configure{Name: "out", Config: DefaultConfig()})
+	msgs := func(ids ...string) []Message {
+		var out []Message
+		for _, id := range ids {
+			out = append(out, Message{MessageID: id, Body: []byte(id)})
+		}
+		return out
+	}
+	sent := func(evs []event.Event) (ids []string) {
+		for _, ev := range evs {
+			if ev.Type == event.Enqueued {
+				ids = append(ids, ev.MessageID)
+			}
+		}
+		return ids
+	}
+	if got := sent(run(Send{Queue: event.MainQueue, Messages: msgs("a", "b"), Arrival: &Arrival{Source: 9, Seqs: []uint64{10, 12}}})); len(got) != 2 {
+		t.Fatalf("first arrival sent %v", got)
+	}
+	got := sent(run(Send{Queue: event.MainQueue, Messages: msgs("a", "b", "c"), Arrival: &Arrival{Source: 9, Seqs: []uint64{10, 12, 14}}}))
+	if len(got) != 1 || got[0] != "c" {
+		t.Fatalf("the longer repeat sent %v, want [c]", got)
+	}
+	if evs := run(Send{Queue: event.MainQueue, Messages: msgs("c"), Arrival: &Arrival{Source: 9, Seqs: []uint64{14}}}); len(evs) != 0 {
+		t.Fatalf("a whole repeat appended %v", evs)
+	}
+	if c := e.Queue(event.MainQueue).Counts(); c.Total != 3 {
+		t.Fatalf("the destination holds %d messages, want 3", c.Total)
+	}
+	for _, bad := range []*Arrival{{Source: 9, Seqs: []uint64{20}}, {Source: 9, Seqs: []uint64{21, 20}}} {
+		if _, err := e.Decide(Send{Queue: event.MainQueue, Messages: msgs("x", "y"), Arrival: bad}, 0); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("arrival %v of two messages: %v", bad.Seqs, err)
+		}
+	}
 }
