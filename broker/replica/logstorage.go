@@ -51,9 +51,13 @@ type LogStorage struct {
 	// the leader sends them to followers without reading the log back.
 	recent []*pb.Entry
 
-	hs      *pb.HardState // staged
-	hsFile  *pb.HardState // durable
-	pending bool          // records appended since the last Sync
+	hs     *pb.HardState // staged
+	hsFile *pb.HardState // durable
+	// SyncCommit makes Sync write the hard state whenever the commit
+	// index moves, so that a restart applies at once what was committed
+	// (the metadata group's few entries).
+	SyncCommit bool
+	pending    bool // records appended since the last Sync
 
 	// pos holds where each record from log index posBase on sits in its
 	// segment: the records' owner reads message bodies by position, and
@@ -459,7 +463,8 @@ func (s *LogStorage) nextLogIndex() uint64 {
 
 // Sync waits until what Stage appended is durable, then writes the hard
 // state if its term or vote changed (a changed commit index alone waits
-// for the next such write: Raft learns it again from the leader).
+// for the next such write: Raft learns it again from the leader), or,
+// with SyncCommit, if its commit index changed too.
 func (s *LogStorage) Sync() error {
 	if s.pending {
 		done := make(chan error, 1)
@@ -471,7 +476,8 @@ func (s *LogStorage) Sync() error {
 		}
 		s.pending = false
 	}
-	if s.hs.GetTerm() != s.hsFile.GetTerm() || s.hs.GetVote() != s.hsFile.GetVote() {
+	if s.hs.GetTerm() != s.hsFile.GetTerm() || s.hs.GetVote() != s.hsFile.GetVote() ||
+		s.SyncCommit && s.hs.GetCommit() != s.hsFile.GetCommit() {
 		if err := writeHardState(filepath.Join(s.dir, hardStateFile), s.hs); err != nil {
 			return err
 		}

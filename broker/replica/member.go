@@ -44,6 +44,8 @@ type Member struct {
 	// durable is the log index of the last record of the last entry
 	// committed and applied here.
 	durable atomic.Uint64
+	// lead is the group's leader as Raft last said (0: none known).
+	lead atomic.Uint64
 
 	mu      sync.Mutex
 	leading bool   // leads, and has applied everything before its term
@@ -91,6 +93,9 @@ type MemberConfig struct {
 	// Counters, if set, add up the member's Raft figures with its node's
 	// other members'.
 	Counters *Counters
+	// SyncCommit: the storage writes the commit index as it moves
+	// (LogStorage.SyncCommit).
+	SyncCommit bool
 	// OnConfChange, if set, is called on the member's goroutine after a
 	// membership change is applied (its entry's Owner.Apply before it).
 	// Raft sends a member that is far behind the newest snapshot, and
@@ -139,6 +144,7 @@ func OpenMember(cfg MemberConfig) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.SyncCommit = cfg.SyncCommit
 	m := &Member{cfg: cfg, st: st, inbox: make(chan *pb.Message, inboxSize), props: make(chan *proposal, 1024),
 		calls: make(chan func()), quit: make(chan struct{}), done: make(chan struct{}), err: ErrNotLeader}
 	snap, _ := st.Snapshot()
@@ -183,6 +189,10 @@ func (m *Member) Leading() (bool, uint64) {
 	return m.leading, m.term
 }
 
+// Leader is the group's leader as this member last heard (0: none
+// known). It is safe for concurrent use.
+func (m *Member) Leader() uint64 { return m.lead.Load() }
+
 // DurableIndex is the log index up to which the group committed the
 // entity's records (and this member applied them).
 func (m *Member) DurableIndex() uint64 { return m.durable.Load() }
@@ -197,9 +207,9 @@ func (m *Member) DurableIndex() uint64 { return m.durable.Load() }
 // in.
 func (m *Member) Append(evs []event.Event, done func(error)) (uint64, error) {
 	m.mu.Lock()
-	if m.err != nil {
+	if err := m.err; err != nil {
 		m.mu.Unlock()
-		return 0, m.err
+		return 0, err
 	}
 	first := m.next
 	for i := range evs {
@@ -257,9 +267,9 @@ func (m *Member) AppendChange(step string, node uint64, done func(error)) (uint6
 		return 0, errors.New("replica: a member's id cannot be 0")
 	}
 	m.mu.Lock()
-	if m.err != nil {
+	if err := m.err; err != nil {
 		m.mu.Unlock()
-		return 0, m.err
+		return 0, err
 	}
 	index := m.next
 	m.next++
@@ -505,8 +515,9 @@ func fail(p *proposal, err error) {
 // nothing more ready: what it appended (a new leader's empty entry) is
 // in the storage.
 func (m *Member) roles(settled bool) {
+	bs := m.g.node.BasicStatus()
+	m.lead.Store(bs.Lead)
 	if c := m.cfg.Counters; c != nil {
-		bs := m.g.node.BasicStatus()
 		if bs.RaftState == raft.StateCandidate && m.seen.RaftState != raft.StateCandidate {
 			c.Elections.Add(1)
 		}
