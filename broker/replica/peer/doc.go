@@ -22,16 +22,25 @@
 // hello is, in order (integers big-endian):
 //
 //	magic      4 bytes   "WBRP"
-//	version    uint16    2 (1 had no message chunks)
+//	version    uint16    3 (2 had no advertise field, 1 no message chunks)
 //	from       uint64    the sender's node id
 //	to         uint64    the node id it means to reach
 //	length     uint8     of the cluster name
 //	cluster    length bytes
+//	length     uint16    of the advertise field, at most 1024
+//	advertise  length bytes
 //
 // The acceptor refuses a wrong magic or version, another cluster's name,
-// a hello meant for another node, and a sender that is not one of its
-// peers. The dialler checks the answer the same way, so that a node at a
-// peer's old address is not taken for that peer.
+// a hello meant for another node, an advertise field over 1024 bytes, and
+// a sender that is not one of its peers. The dialler checks the answer
+// the same way, so that a node at a peer's old address is not taken for
+// that peer.
+//
+// The advertise field is what the sender tells its peers of itself
+// (Config.Advertise; walbus serve sends the URL of its administration
+// API, for the others to pass requests on to it). The transport does not
+// read it, and keeps the last each peer sent, in a hello of either
+// direction, for Transport.Advertised.
 //
 // # Frames
 //

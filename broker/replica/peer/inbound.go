@@ -55,8 +55,9 @@ func (t *Transport) serve(conn net.Conn) {
 		t.log.Warn("refused a connection", "remote", remote, "err", err)
 		return
 	}
-	t.stats.bytesReceived.Add(uint64(helloFixed + len(h.cluster)))
-	b := appendHello(nil, hello{cluster: t.cfg.Cluster, from: t.cfg.ID, to: h.from})
+	t.stats.bytesReceived.Add(uint64(h.size()))
+	t.heard(h)
+	b := appendHello(nil, hello{cluster: t.cfg.Cluster, from: t.cfg.ID, to: h.from, advertise: t.cfg.Advertise})
 	if _, err := conn.Write(b); err != nil {
 		t.log.Debug("handshake failed", "remote", remote, "peer", h.from, "err", err)
 		return

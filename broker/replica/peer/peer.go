@@ -373,7 +373,7 @@ func (p *peer) dial() (*outConn, error) {
 func (p *peer) handshake(c *outConn) error {
 	cfg := p.t.cfg
 	c.conn.SetDeadline(time.Now().Add(handshakeTimeout))
-	b := appendHello(nil, hello{cluster: cfg.Cluster, from: cfg.ID, to: p.id})
+	b := appendHello(nil, hello{cluster: cfg.Cluster, from: cfg.ID, to: p.id, advertise: cfg.Advertise})
 	if _, err := c.conn.Write(b); err != nil {
 		return err
 	}
@@ -382,10 +382,11 @@ func (p *peer) handshake(c *outConn) error {
 	if err != nil {
 		return err
 	}
-	p.t.stats.bytesReceived.Add(uint64(helloFixed + len(h.cluster)))
+	p.t.stats.bytesReceived.Add(uint64(h.size()))
 	if h.cluster != cfg.Cluster || h.from != p.id || h.to != cfg.ID {
 		return fmt.Errorf("answered by node %d of cluster %q for node %d", h.from, h.cluster, h.to)
 	}
+	p.t.heard(h)
 	return c.conn.SetDeadline(time.Time{})
 }
 

@@ -15,6 +15,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// MaxAdvertise is the most Config.Advertise may hold: a node's URL or
+// two, not a document.
+const MaxAdvertise = 1024
+
 // Config configures a Transport.
 type Config struct {
 	// Cluster is the cluster's name: both ends of a connection must agree
@@ -25,6 +29,11 @@ type Config struct {
 	Listen string
 	// Peers are the other nodes: id to address. Only they may connect.
 	Peers map[uint64]string
+	// Advertise is what this node tells its peers of itself in every
+	// hello (walbus serve: its HTTP listener's URL), at most MaxAdvertise
+	// bytes; the transport does not read it. The peers' Advertised
+	// returns it.
+	Advertise string
 
 	// Deliver is called with every message received, in the order the
 	// sender sent them per (sender, group), except that a message sent in
@@ -139,10 +148,11 @@ type Transport struct {
 
 	handshakes atomic.Int64 // incoming connections in their handshake
 
-	mu       sync.RWMutex
-	peers    map[uint64]*peer    // outgoing, one per known node
-	incoming map[uint64]*inbound // the connection from each peer that passed its handshake
-	conns    map[net.Conn]bool   // every incoming connection, for Close
+	mu         sync.RWMutex
+	peers      map[uint64]*peer    // outgoing, one per known node
+	incoming   map[uint64]*inbound // the connection from each peer that passed its handshake
+	conns      map[net.Conn]bool   // every incoming connection, for Close
+	advertised map[uint64]string   // what each peer's last hello advertised
 
 	// largeAt is the size over which a marshalled message (not a MsgSnap)
 	// is sent in chunks: one that does not fit a frame by itself or the
@@ -173,6 +183,9 @@ func New(cfg Config) (*Transport, error) {
 	if len(cfg.Cluster) > maxClusterName {
 		return nil, fmt.Errorf("peer: cluster name of %d bytes, the most is %d", len(cfg.Cluster), maxClusterName)
 	}
+	if len(cfg.Advertise) > MaxAdvertise {
+		return nil, fmt.Errorf("peer: Config.Advertise of %d bytes, the most is %d", len(cfg.Advertise), MaxAdvertise)
+	}
 	if cfg.QueueLength <= 0 {
 		cfg.QueueLength = 4096
 	}
@@ -198,13 +211,14 @@ func New(cfg Config) (*Transport, error) {
 		ln = tls.NewListener(ln, cfg.TLS)
 	}
 	t := &Transport{
-		cfg:      cfg,
-		log:      logger,
-		ln:       ln,
-		peers:    make(map[uint64]*peer),
-		incoming: make(map[uint64]*inbound),
-		conns:    make(map[net.Conn]bool),
-		largeAt:  min(maxMessage, cfg.QueueBytes),
+		cfg:        cfg,
+		log:        logger,
+		ln:         ln,
+		peers:      make(map[uint64]*peer),
+		incoming:   make(map[uint64]*inbound),
+		conns:      make(map[net.Conn]bool),
+		advertised: make(map[uint64]string),
+		largeAt:    min(maxMessage, cfg.QueueBytes),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for id, addr := range cfg.Peers {
@@ -285,6 +299,7 @@ func (t *Transport) RemovePeer(id uint64) {
 	t.mu.Lock()
 	p := t.peers[id]
 	delete(t.peers, id)
+	delete(t.advertised, id)
 	in := t.incoming[id]
 	t.mu.Unlock()
 	if p != nil {
@@ -292,6 +307,26 @@ func (t *Transport) RemovePeer(id uint64) {
 	}
 	if in != nil {
 		in.conn.Close()
+	}
+}
+
+// Advertised is what node id advertised (its Config.Advertise) in the
+// last hello this node had from it, on a connection either way: "" until
+// the two have connected, and after RemovePeer. It is safe to call from
+// any goroutine.
+func (t *Transport) Advertised(id uint64) string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.advertised[id]
+}
+
+// heard records what a peer's hello advertised, once the hello passed
+// the checks: only a peer's hello is kept.
+func (t *Transport) heard(h hello) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.peers[h.from] != nil {
+		t.advertised[h.from] = h.advertise
 	}
 }
 

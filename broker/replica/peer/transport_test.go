@@ -252,6 +252,46 @@ func TestReconnect(t *testing.T) {
 	}
 }
 
+// TestAdvertised: each end of a connection learns what the other
+// advertises from its hello, the dialler's and the acceptor's alike;
+// a third node that has not connected, a node that advertises nothing,
+// and a removed peer read as "".
+func TestAdvertised(t *testing.T) {
+	checkGoroutines(t)
+	var got inbox
+	a := start(t, Config{ID: 1, Deliver: func(uint64, *pb.Message) {}, Advertise: "https://10.0.0.1:5300"})
+	b := start(t, Config{ID: 2, Deliver: got.deliver, Advertise: "https://10.0.0.2:5300",
+		Peers: map[uint64]string{1: a.Addr(), 3: "127.0.0.1:1"}})
+	c := start(t, Config{ID: 3, Deliver: got.deliver, Peers: map[uint64]string{1: a.Addr()}})
+	a.SetPeer(2, b.Addr())
+	a.SetPeer(3, c.Addr())
+	if s := a.Advertised(2); s != "" {
+		t.Fatalf("before any connection, node 1 has %q for node 2", s)
+	}
+	a.Send(1, []*pb.Message{heartbeat(1, 2, 1), heartbeat(1, 3, 1)})
+	waitFor(t, "the heartbeats", func() bool { return got.len() == 2 })
+	for _, w := range []struct {
+		tr   *Transport
+		id   uint64
+		want string
+	}{
+		{a, 2, "https://10.0.0.2:5300"}, // from the acceptor's hello
+		{b, 1, "https://10.0.0.1:5300"}, // from the dialler's
+		{c, 1, "https://10.0.0.1:5300"},
+		{a, 3, ""}, // node 3 advertises nothing
+		{b, 3, ""}, // b and c have not connected
+		{a, 1, ""}, // a node is not its own peer
+	} {
+		if s := w.tr.Advertised(w.id); s != w.want {
+			t.Errorf("node %d has %q for node %d, want %q", w.tr.cfg.ID, s, w.id, w.want)
+		}
+	}
+	b.RemovePeer(1)
+	if s := b.Advertised(1); s != "" {
+		t.Fatalf("node 2 has %q for node 1 after removing it", s)
+	}
+}
+
 // silentPeer answers the handshake as node id and then reads nothing.
 func silentPeer(t *testing.T, id uint64) (addr string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -14,14 +14,18 @@ import (
 
 const (
 	magic = "WBRP" // walbus Raft peer
-	// version 2 added message chunks (type 4); a node of version 1
-	// refused them, so the two do not talk.
-	version = 2
+	// version 3 added the hello's advertise field, version 2 message
+	// chunks (type 4). A node refuses a hello of another version, so
+	// nodes of different versions do not talk.
+	version = 3
 
 	// helloFixed is a hello's size before the cluster name: magic,
 	// version, sender, receiver, the name's length.
 	helloFixed     = 4 + 2 + 8 + 8 + 1
 	maxClusterName = 255
+	// advertiseLength is the size of the advertise field's length,
+	// after the cluster name; MaxAdvertise bounds the field.
+	advertiseLength = 2
 
 	headerSize = 4 + 1 // payload length, frame type
 	// maxPayload bounds every frame: a reader allocates no more than
@@ -83,26 +87,38 @@ func protocolErr(format string, args ...any) error {
 
 // hello opens a connection, one from each end: the dialler's names itself
 // and the node it means to reach; the acceptor's answer names the same two
-// the other way round.
+// the other way round. Each carries what its sender advertises of itself
+// (Config.Advertise).
 type hello struct {
-	cluster  string
-	from, to uint64
+	cluster   string
+	from, to  uint64
+	advertise string
 }
 
+// size is the hello's length on the wire.
+func (h hello) size() int {
+	return helloFixed + len(h.cluster) + advertiseLength + len(h.advertise)
+}
+
+// appendHello appends h. Its cluster name and advertise field must be
+// within maxClusterName and MaxAdvertise (New checks them).
 func appendHello(dst []byte, h hello) []byte {
 	dst = append(dst, magic...)
 	dst = binary.BigEndian.AppendUint16(dst, version)
 	dst = binary.BigEndian.AppendUint64(dst, h.from)
 	dst = binary.BigEndian.AppendUint64(dst, h.to)
 	dst = append(dst, byte(len(h.cluster)))
-	return append(dst, h.cluster...)
+	dst = append(dst, h.cluster...)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(h.advertise)))
+	return append(dst, h.advertise...)
 }
 
 // readHello reads a hello. It reads the fixed part first and checks the
 // magic and version before anything else, so that a stray client (an HTTP
-// request, a port scanner) is refused after a few bytes.
+// request, a port scanner) is refused after a few bytes, and it refuses
+// an advertise length over MaxAdvertise before reading the field.
 func readHello(r io.Reader) (hello, error) {
-	var b [helloFixed + maxClusterName]byte
+	var b [helloFixed + maxClusterName + advertiseLength + MaxAdvertise]byte
 	if _, err := io.ReadFull(r, b[:helloFixed]); err != nil {
 		return hello{}, fmt.Errorf("read hello: %w", err)
 	}
@@ -113,11 +129,19 @@ func readHello(r io.Reader) (hello, error) {
 		return hello{}, protocolErr("protocol version %d, want %d", v, version)
 	}
 	h := hello{from: binary.BigEndian.Uint64(b[6:14]), to: binary.BigEndian.Uint64(b[14:22])}
-	n := int(b[22])
-	if _, err := io.ReadFull(r, b[helloFixed:helloFixed+n]); err != nil {
+	end := helloFixed + int(b[22]) + advertiseLength
+	if _, err := io.ReadFull(r, b[helloFixed:end]); err != nil {
 		return hello{}, fmt.Errorf("read hello: %w", err)
 	}
-	h.cluster = string(b[helloFixed : helloFixed+n])
+	h.cluster = string(b[helloFixed : end-advertiseLength])
+	n := int(binary.BigEndian.Uint16(b[end-advertiseLength : end]))
+	if n > MaxAdvertise {
+		return hello{}, protocolErr("node %d advertises %d bytes, the most is %d", h.from, n, MaxAdvertise)
+	}
+	if _, err := io.ReadFull(r, b[end:end+n]); err != nil {
+		return hello{}, fmt.Errorf("read hello: %w", err)
+	}
+	h.advertise = string(b[end : end+n])
 	return h, nil
 }
 

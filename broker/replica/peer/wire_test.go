@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,19 +180,52 @@ func TestReassemblerRefuses(t *testing.T) {
 }
 
 func TestHelloRoundTrip(t *testing.T) {
-	h := hello{cluster: "prod-west", from: 1, to: 1<<64 - 1}
-	b := appendHello(nil, h)
-	got, err := readHello(bytes.NewReader(b))
-	if err != nil || got != h {
-		t.Fatalf("read %+v, %v; want %+v", got, err, h)
+	for _, h := range []hello{
+		{cluster: "prod-west", from: 1, to: 1<<64 - 1, advertise: "https://10.0.0.5:5300"},
+		{from: 2, to: 3},
+		{cluster: strings.Repeat("c", maxClusterName), from: 4, to: 5, advertise: strings.Repeat("a", MaxAdvertise)},
+	} {
+		b := appendHello(nil, h)
+		if len(b) != h.size() {
+			t.Fatalf("%+v: %d bytes, size says %d", h, len(b), h.size())
+		}
+		r := bytes.NewReader(append(b, "after"...))
+		got, err := readHello(r)
+		if err != nil || got != h {
+			t.Fatalf("read %+v, %v; want %+v", got, err, h)
+		}
+		if r.Len() != len("after") {
+			t.Fatalf("%+v: read %d bytes past the hello", h, len("after")-r.Len())
+		}
 	}
-	bad := append([]byte(nil), b...)
-	bad[5] = 1 // version 1, without message chunks
-	if _, err := readHello(bytes.NewReader(bad)); !errors.Is(err, errProtocol) {
-		t.Fatalf("version 1: %v", err)
+	b := appendHello(nil, hello{cluster: "prod-west", from: 1, to: 2, advertise: "http://a"})
+	for _, v := range []byte{1, 2} { // without message chunks; without the advertise field
+		bad := append([]byte(nil), b...)
+		bad[5] = v
+		if _, err := readHello(bytes.NewReader(bad)); !errors.Is(err, errProtocol) {
+			t.Fatalf("version %d: %v", v, err)
+		}
 	}
-	if _, err := readHello(bytes.NewReader(b[:len(b)-1])); !errors.Is(err, io.ErrUnexpectedEOF) {
-		t.Fatalf("cut short: %v", err)
+	for _, n := range []int{len(b) - 1, len(b) - len("http://a") - 1, helloFixed + 3} {
+		if _, err := readHello(bytes.NewReader(b[:n])); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("cut short at %d of %d bytes: %v", n, len(b), err)
+		}
+	}
+}
+
+// TestHelloRefusesLongAdvertise: an advertise length over MaxAdvertise is
+// refused from the length alone, and New refuses to send one.
+func TestHelloRefusesLongAdvertise(t *testing.T) {
+	long := appendHello(nil, hello{cluster: "c", from: 1, to: 2, advertise: strings.Repeat("a", MaxAdvertise+1)})
+	at := helloFixed + len("c")
+	if _, err := readHello(bytes.NewReader(long[:at+advertiseLength])); !errors.Is(err, errProtocol) {
+		t.Fatalf("an advertise field of %d bytes: %v, want a protocol error", MaxAdvertise+1, err)
+	}
+	tr, err := New(Config{ID: 1, Listen: "127.0.0.1:0", Deliver: func(uint64, *pb.Message) {},
+		Advertise: strings.Repeat("a", MaxAdvertise+1)})
+	if err == nil {
+		tr.Close()
+		t.Fatal("New took an advertise field over the most")
 	}
 }
 
@@ -260,14 +294,22 @@ func FuzzReadFrame(f *testing.F) {
 func FuzzReadHello(f *testing.F) {
 	f.Add(appendHello(nil, hello{cluster: "c", from: 1, to: 2}))
 	f.Add(appendHello(nil, hello{}))
+	f.Add(appendHello(nil, hello{cluster: "c", from: 1, to: 2, advertise: "http://127.0.0.1:5300"}))
+	f.Add(appendHello(nil, hello{cluster: "c", from: 1, to: 2, advertise: strings.Repeat("a", MaxAdvertise)}))
+	f.Add(appendHello(nil, hello{cluster: "c", from: 1, to: 2, advertise: strings.Repeat("a", MaxAdvertise+1)}))
+	f.Add(appendHello(nil, hello{cluster: "c", from: 1, to: 2, advertise: "http://a"})[:helloFixed+3])
 	f.Add([]byte("WBRP\x00\x01"))
 	f.Add([]byte("WBRP\x00\x02"))
+	f.Add([]byte("WBRP\x00\x03"))
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := bytes.NewReader(data)
 		h, err := readHello(r)
 		if err != nil {
 			return
+		}
+		if len(h.cluster) > maxClusterName || len(h.advertise) > MaxAdvertise {
+			t.Fatalf("read a hello of a %d-byte cluster name, %d bytes advertised", len(h.cluster), len(h.advertise))
 		}
 		if again := appendHello(nil, h); !bytes.Equal(again, data[:len(data)-r.Len()]) {
 			t.Fatalf("hello encodes as %x, read from %x", again, data)
