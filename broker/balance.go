@@ -48,6 +48,7 @@ func (b *Broker) balance() {
 	led := map[uint64]int{}
 	voters := map[uint64]bool{}
 	total := 0
+	groups = slices.DeleteFunc(groups, func(g GroupStatus) bool { return g.Entity == MetaEntity })
 	for _, g := range groups {
 		for _, v := range g.Voters {
 			voters[v] = true

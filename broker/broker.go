@@ -16,7 +16,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -169,8 +168,9 @@ type Broker struct {
 	opts   Options
 	clock  Clock
 	logger *slog.Logger
-	ns     *log.Log
+	ns     *log.Log     // the namespace log (nil in a cluster)
 	nsLast uint64       // the namespace log's last acknowledged record (b.mu)
+	meta   *metaGroup   // a cluster's metadata group (nil on a single node)
 	lock   *log.DirLock // on the data directory, held until Close
 
 	mu       sync.RWMutex
@@ -194,6 +194,9 @@ var (
 type entitySpec struct {
 	Kind   string            `json:"kind"`
 	Config projection.Config `json:"config"`
+	// Voters, in a cluster, are the metadata group's voters when the
+	// entity was created: they found its group.
+	Voters []uint64 `json:"voters,omitempty"`
 }
 
 // Recovery reports what Open did.
@@ -229,74 +232,30 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		return nil, rec, err
 	}
 	b.lock = lock
-	ns, rep, err := log.Open(layout.NamespaceDir(opts.Dir), b.logOptions("", nil, nil, nil))
+	var ns *namespace
+	if opts.Cluster != nil {
+		ns, err = b.openMeta()
+	} else {
+		ns, err = b.openNamespace()
+	}
 	if err != nil {
-		lock.Unlock()
-		return nil, rec, fmt.Errorf("open namespace log: %w", err)
-	}
-	if rep.Repair.Bytes > 0 {
-		b.logger.Warn("namespace log tail repaired", "repair", rep.Repair.String())
-	}
-	b.ns, b.nsLast = ns, ns.LastIndex()
-	specs := map[uint64]string{}  // live entity ids -> name
-	byName := map[string]uint64{} // lower-case name -> live id
-	cfgs := map[uint64]entitySpec{}
-	times := map[uint64][2]int64{} // created, updated (unix ns)
-	var advanced time.Duration     // the test clock's advances
-	err = ns.Scan(1, func(ev *event.Event) error {
-		switch ev.Type {
-		case event.EntityCreated, event.EntityUpdated:
-			var spec entitySpec
-			if err := json.Unmarshal(ev.Props, &spec); err != nil {
-				return fmt.Errorf("namespace event %d: %w", ev.Index, err)
-			}
-			id := ev.Index
-			if ev.Type == event.EntityUpdated {
-				id = byName[strings.ToLower(ev.Name)]
-			}
-			specs[id], cfgs[id] = ev.Name, spec
-			byName[strings.ToLower(ev.Name)] = id
-			t := times[id]
-			if ev.Type == event.EntityCreated {
-				t[0] = ev.Time
-			}
-			t[1] = ev.Time
-			times[id] = t
-		case event.EntityDeleted:
-			id := byName[strings.ToLower(ev.Name)]
-			delete(specs, id)
-			delete(cfgs, id)
-			delete(byName, strings.ToLower(ev.Name))
-		case event.ClockAdvanced:
-			advanced += time.Duration(ev.TTL)
-		}
-		return nil
-	})
-	if err != nil {
-		ns.Close()
-		lock.Unlock()
-		return nil, rec, fmt.Errorf("read namespace log: %w", err)
-	}
-	if c, ok := b.clock.(*OffsetClock); ok {
-		c.mu.Lock()
-		c.setOffset(advanced)
-		c.mu.Unlock()
-	} else if advanced != 0 {
-		b.logger.Warn("the test clock was advanced before; without --test-clock the broker runs on the real clock, behind its logs",
-			"advanced", advanced)
-	}
-	if err := b.removeOrphans(specs); err != nil {
-		ns.Close()
 		lock.Unlock()
 		return nil, rec, err
 	}
-	ids := slices.Sorted(func(yield func(uint64) bool) {
-		for id := range specs {
-			if !yield(id) {
-				return
-			}
-		}
-	})
+	if c, ok := b.clock.(*OffsetClock); ok {
+		c.mu.Lock()
+		c.setOffset(ns.advanced)
+		c.mu.Unlock()
+	} else if ns.advanced != 0 {
+		b.logger.Warn("the test clock was advanced before; without --test-clock the broker runs on the real clock, behind its logs",
+			"advanced", ns.advanced)
+	}
+	if err := b.removeOrphans(ns.names); err != nil {
+		b.closeNamespace()
+		lock.Unlock()
+		return nil, rec, err
+	}
+	ids := ns.ids()
 	results := make([]struct {
 		e   *Entity
 		rec EntityRecovery
@@ -304,7 +263,7 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	}, len(ids))
 	sideBySide(len(ids), openWorkers, func(i int) {
 		r, id := &results[i], ids[i]
-		r.e, r.rec, r.err = b.openEntity(specs[id], id, cfgs[id].Config)
+		r.e, r.rec, r.err = b.openEntity(ns.names[id], id, ns.specs[id].Config, ns.specs[id].Voters)
 	})
 	var openErr error
 	var summary struct{ snapshots, replayed, repaired, logged int }
@@ -316,8 +275,8 @@ func Open(opts Options) (*Broker, Recovery, error) {
 		}
 		e, er := r.e, r.rec
 		rec.Entities = append(rec.Entities, er)
-		e.created.Store(times[id][0])
-		e.updated.Store(times[id][1])
+		e.created.Store(ns.times[id][0])
+		e.updated.Store(ns.times[id][1])
 		b.entities[strings.ToLower(e.name)] = e
 		b.byGroup.Store(e.id, e)
 		if cfg := e.cfg.Load(); cfg != nil && ignoredForwarding(*cfg) {
@@ -363,6 +322,7 @@ func Open(opts Options) (*Broker, Recovery, error) {
 	go b.runTrimmer()
 	if opts.Cluster != nil {
 		go b.runBalancer()
+		go b.runMeta()
 	}
 	return b, rec, nil
 }
@@ -411,8 +371,9 @@ func (b *Broker) entityDir(id uint64) string {
 
 // openEntity recovers (or creates) the entity with the given namespace id
 // and starts its actor. cfg configures the entity if its own log does not
-// yet say it was created.
-func (b *Broker) openEntity(name string, id uint64, cfg projection.Config) (*Entity, EntityRecovery, error) {
+// yet say it was created. In a cluster, founders found the entity's group
+// if it has no log yet (nil: the cluster's Peers; Entity.founders).
+func (b *Broker) openEntity(name string, id uint64, cfg projection.Config, founders []uint64) (*Entity, EntityRecovery, error) {
 	start := time.Now()
 	rec := EntityRecovery{Name: name}
 	dir := b.entityDir(id)
@@ -438,6 +399,7 @@ func (b *Broker) openEntity(name string, id uint64, cfg projection.Config) (*Ent
 	if b.opts.Cluster != nil {
 		// The group's leader records the creation, once one leads.
 		e.raft.cfg = &cfg
+		e.raft.founders = founders
 	}
 	if err := e.load(&rec); err != nil {
 		return nil, rec, err
@@ -475,16 +437,46 @@ func (e *Entity) configure(cfg projection.Config) error {
 	return <-ch
 }
 
-// appendNamespace records entity events in the namespace log, as one
-// atomic group, and waits until they are durable; it sets their indexes
-// and times.
-func (b *Broker) appendNamespace(evs []event.Event) error {
-	if err := b.reopenNamespace(); err != nil {
-		return err
+// openNamespace opens a single node's namespace log and reads it.
+func (b *Broker) openNamespace() (*namespace, error) {
+	l, rep, err := log.Open(layout.NamespaceDir(b.opts.Dir), b.logOptions("", nil, nil, nil))
+	if err != nil {
+		return nil, fmt.Errorf("open namespace log: %w", err)
 	}
+	if rep.Repair.Bytes > 0 {
+		b.logger.Warn("namespace log tail repaired", "repair", rep.Repair.String())
+	}
+	b.ns, b.nsLast = l, l.LastIndex()
+	ns := newNamespace()
+	if err := l.Scan(1, func(ev *event.Event) error { return ns.apply(ev) }); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("read namespace log: %w", err)
+	}
+	return ns, nil
+}
+
+// closeNamespace closes the namespace log, or the metadata group's
+// member.
+func (b *Broker) closeNamespace() error {
+	if b.meta != nil {
+		return b.meta.close()
+	}
+	return b.ns.Close()
+}
+
+// appendNamespace records entity events in the namespace log, as one
+// atomic group, and waits until they are durable (committed, in a
+// cluster); it sets their indexes and times.
+func (b *Broker) appendNamespace(evs []event.Event) error {
 	now := b.clock.Now().UnixNano()
 	for i := range evs {
 		evs[i].Time = now
+	}
+	if b.meta != nil {
+		return b.meta.append(evs)
+	}
+	if err := b.reopenNamespace(); err != nil {
+		return err
 	}
 	ch := make(chan error, 1)
 	if _, err := b.ns.Append(evs, func(err error) { ch <- err }); err != nil {
@@ -625,6 +617,6 @@ func (b *Broker) shutdown(graceful bool) error {
 		}()
 	}
 	wg.Wait()
-	errs = append(errs, b.ns.Close(), b.lock.Unlock())
+	errs = append(errs, b.closeNamespace(), b.lock.Unlock())
 	return errors.Join(errs...)
 }

@@ -48,9 +48,44 @@ type Cluster struct {
 // in a cluster: the client tries again, on the leader's node.
 var ErrNotLeader = errors.New("this node does not lead the entity")
 
+// NotLeaderError is ErrNotLeader with the node that leads the group
+// (Leader, 0 when this node knows none), for a front end that passes the
+// operation on to it.
+type NotLeaderError struct {
+	Entity string // "" for the metadata group
+	Leader uint64
+}
+
+func (e *NotLeaderError) Error() string {
+	what := "the entity " + e.Entity
+	if e.Entity == "" {
+		what = "the namespace (the metadata group)"
+	}
+	if e.Leader == 0 {
+		return fmt.Sprintf("this node does not lead %s, and knows no leader", what)
+	}
+	return fmt.Sprintf("this node does not lead %s; node %d does", what, e.Leader)
+}
+
+func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }
+
+// LeaderOf is the node that leads the group that refused with err, if err
+// says one.
+func LeaderOf(err error) (uint64, bool) {
+	var nl *NotLeaderError
+	if errors.As(err, &nl) && nl.Leader != 0 {
+		return nl.Leader, true
+	}
+	return 0, false
+}
+
 // Step hands the broker a message from a peer for an entity's group. A
 // message for an entity it does not hold is dropped: Raft sends again.
 func (b *Broker) Step(group uint64, m *pb.Message) {
+	if group == MetaGroup && b.meta != nil {
+		b.meta.member.Step(m)
+		return
+	}
 	if member := b.member(group); member != nil {
 		member.Step(m)
 	}
@@ -59,6 +94,10 @@ func (b *Broker) Step(group uint64, m *pb.Message) {
 // ReportSnapshot tells entity group's member whether the snapshot it
 // sent to node to arrived whole (the peer transport knows).
 func (b *Broker) ReportSnapshot(group, to uint64, ok bool) {
+	if group == MetaGroup && b.meta != nil {
+		b.meta.member.ReportSnapshot(to, ok)
+		return
+	}
 	if m := b.member(group); m != nil {
 		m.ReportSnapshot(to, ok)
 	}
@@ -67,6 +106,9 @@ func (b *Broker) ReportSnapshot(group, to uint64, ok bool) {
 // ReportUnreachable tells every entity's member that node to could not be
 // reached.
 func (b *Broker) ReportUnreachable(to uint64) {
+	if b.meta != nil {
+		b.meta.member.ReportUnreachable(to)
+	}
 	for _, e := range b.Entities() {
 		if l, ok := (*e.logRef.Load()).(memberLog); ok {
 			l.ReportUnreachable(to)
@@ -125,10 +167,13 @@ type GroupStatus struct {
 }
 
 // ClusterStatus is every entity's group as this node's members see it,
-// by entity name (none on a single node). It does not wait for the
-// entities' actors.
+// by entity name, after the metadata group's (MetaEntity; none on a
+// single node). It does not wait for the entities' actors.
 func (b *Broker) ClusterStatus() []GroupStatus {
 	var out []GroupStatus
+	if b.meta != nil {
+		out = append(out, GroupStatus{Entity: MetaEntity, Group: MetaGroup, Status: b.meta.member.Status()})
+	}
 	for _, e := range b.Entities() {
 		if l, ok := (*e.logRef.Load()).(memberLog); ok {
 			out = append(out, GroupStatus{Entity: e.name, Group: e.id, Status: l.Status()})
@@ -176,8 +221,11 @@ type raftState struct {
 	gen     uint64 // which member the inbox's items came from
 	leading bool
 	cfg     *projection.Config // the entity's config, for its leader to record when none is
-	mu      sync.Mutex
-	inbox   []raftItem // what the member told, for the actor
+	// founders found the entity's group if it has no log here (nil: the
+	// cluster's Peers; see Entity.founders).
+	founders []uint64
+	mu       sync.Mutex
+	inbox    []raftItem // what the member told, for the actor
 }
 
 type raftItem struct {
@@ -253,12 +301,8 @@ func (e *Entity) loadMember() error {
 		}
 		c.Send(e.id, msg)
 	}
-	peers := c.Peers
-	if c.Join {
-		peers = nil
-	}
 	m, err = replica.OpenMember(replica.MemberConfig{
-		Config: replica.Config{ID: c.ID, Peers: peers},
+		Config: replica.Config{ID: c.ID, Peers: e.founders()},
 		Dir:    e.dir, Log: opts, Tick: c.Tick,
 		Send:     send,
 		Owner:    owner,
@@ -281,7 +325,12 @@ func (e *Entity) loadMember() error {
 	var el entityLog = l
 	e.logRef.Store(&el)
 	e.window = log.Window{}
+	// Until its log says how it was created, the entity is as the
+	// namespace created it (a topic, say, to a front end's checks).
 	cfg := e.st.Config()
+	if !e.st.Created() && e.raft.cfg != nil {
+		cfg = *e.raft.cfg
+	}
 	e.cfg.Store(&cfg)
 	e.fwd = forwarders{gen: e.fwd.gen}
 	e.durable = m.DurableIndex()

@@ -201,10 +201,12 @@ func newCluster(t *testing.T, tune ...func(id uint64, o *Options)) *testCluster 
 	}
 	for id := uint64(1); id <= 3; id++ {
 		c.dirs[id] = filepath.Join(t.TempDir(), fmt.Sprint(id))
-		if _, err := c.open(id).CreateQueue("orders", projection.DefaultConfig()); err != nil {
-			t.Fatal(err)
-		}
+		c.open(id)
 	}
+	c.create("orders", func(b *Broker) error {
+		_, err := b.CreateQueue("orders", projection.DefaultConfig())
+		return err
+	})
 	t.Cleanup(func() {
 		for id := uint64(1); id <= 3; id++ {
 			c.net.mu.Lock()
@@ -216,6 +218,40 @@ func newCluster(t *testing.T, tune ...func(id uint64, o *Options)) *testCluster 
 		}
 	})
 	return c
+}
+
+// create makes the entity called name with mk on the node that leads
+// the metadata group, and waits until every node that is up holds it.
+func (c *testCluster) create(name string, mk func(*Broker) error) {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for made := false; !made; {
+		for id := uint64(1); id <= 3 && !made; id++ {
+			b := c.broker(id)
+			if b == nil {
+				continue
+			}
+			err := mk(b)
+			if err != nil && !errors.Is(err, ErrNotLeader) {
+				c.t.Fatalf("create %s on node %d: %v", name, id, err)
+			}
+			made = err == nil
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no node leads the metadata group to create %s", name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		for b := c.broker(id); b != nil; time.Sleep(5 * time.Millisecond) {
+			if _, err := b.Entity(name); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.t.Fatalf("node %d never opened %s", id, name)
+			}
+		}
+	}
 }
 
 // open starts node id on its directory.

@@ -19,11 +19,10 @@ import (
 // subscription stays deleted when the old leader comes back.
 func TestClusterTopicFailsOver(t *testing.T) {
 	c := newCluster(t)
-	for id := uint64(1); id <= 3; id++ {
-		if _, err := c.broker(id).CreateTopic("news", DefaultTopicConfig()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.create("news", func(b *Broker) error {
+		_, err := b.CreateTopic("news", DefaultTopicConfig())
+		return err
+	})
 	news := func(id uint64) *Entity { return c.entityOn(id, "news") }
 	leaderOf := func(not uint64) uint64 { return c.leaderOfEntity("news", not) }
 	leader := leaderOf(0)
@@ -121,11 +120,10 @@ func TestClusterSessionsFailOver(t *testing.T) {
 	c := newCluster(t)
 	cfg := projection.DefaultConfig()
 	cfg.RequiresSession, cfg.LockDuration = true, time.Second
-	for id := uint64(1); id <= 3; id++ {
-		if _, err := c.broker(id).CreateQueue("jobs", cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.create("jobs", func(b *Broker) error {
+		_, err := b.CreateQueue("jobs", cfg)
+		return err
+	})
 	jobs := func(id uint64) *Entity { return c.entityOn(id, "jobs") }
 	leaderOf := func(not uint64) uint64 { return c.leaderOfEntity("jobs", not) }
 	leader := leaderOf(0)

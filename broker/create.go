@@ -125,6 +125,10 @@ func (b *Broker) createGroup(specs []NewEntity, which []int, out []*Entity) erro
 	}
 	evs := make([]event.Event, 0, len(which))
 	names := make(map[string]bool, len(which))
+	var voters []uint64
+	if b.meta != nil {
+		voters = b.meta.voters()
+	}
 	for _, i := range which {
 		n := specs[i]
 		key := strings.ToLower(n.Name)
@@ -135,7 +139,7 @@ func (b *Broker) createGroup(specs []NewEntity, which []int, out []*Entity) erro
 		if err := b.checkForwarding(n.Name, n.Config); err != nil {
 			return err
 		}
-		spec, _ := json.Marshal(entitySpec{Kind: n.kind(), Config: n.Config})
+		spec, _ := json.Marshal(entitySpec{Kind: n.kind(), Config: n.Config, Voters: voters})
 		evs = append(evs, event.Event{Type: event.EntityCreated, Name: n.Name, Props: spec})
 	}
 	if err := b.appendNamespace(evs); err != nil {
@@ -150,7 +154,7 @@ func (b *Broker) createGroup(specs []NewEntity, which []int, out []*Entity) erro
 	sideBySide(len(which), createWorkers, func(k int) {
 		if errs[k] == nil {
 			n := specs[which[k]]
-			opened[k], _, errs[k] = b.openEntity(n.Name, evs[k].Index, n.Config)
+			opened[k], _, errs[k] = b.openEntity(n.Name, evs[k].Index, n.Config, voters)
 		}
 	})
 	if made != nil {

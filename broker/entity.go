@@ -267,9 +267,18 @@ func (e *Entity) check() error {
 		return e.failed
 	}
 	if e.following() {
-		return ErrNotLeader
+		return e.notLeader()
 	}
 	return nil
+}
+
+// notLeader is the refusal of a follower, naming the leader it knows.
+func (e *Entity) notLeader() error {
+	nl := &NotLeaderError{Entity: e.name}
+	if l, ok := e.log.(memberLog); ok {
+		nl.Leader = l.Leader()
+	}
+	return nl
 }
 
 // decide runs Decide on the current state at the current time.

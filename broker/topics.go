@@ -313,7 +313,9 @@ func queuePath(st *projection.Entity, name string, no uint32) string {
 }
 
 // update changes an entity's config, the entity's log first (it refuses
-// the changes Service Bus forbids), then the namespace's.
+// the changes Service Bus forbids), then the namespace's. In a cluster
+// the entity's log alone holds it: the node that leads the entity need
+// not lead the metadata group.
 func (b *Broker) update(name, kind string, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", projection.ErrInvalid, err)
@@ -330,9 +332,11 @@ func (b *Broker) update(name, kind string, cfg Config) error {
 	if err := e.configure(cfg); err != nil {
 		return err
 	}
-	spec, _ := json.Marshal(entitySpec{Kind: kind, Config: cfg})
-	if err := b.appendNamespace([]event.Event{{Type: event.EntityUpdated, Name: e.name, Props: spec}}); err != nil {
-		return err
+	if b.meta == nil {
+		spec, _ := json.Marshal(entitySpec{Kind: kind, Config: cfg})
+		if err := b.appendNamespace([]event.Event{{Type: event.EntityUpdated, Name: e.name, Props: spec}}); err != nil {
+			return err
+		}
 	}
 	now := b.clock.Now().UnixNano()
 	e.updated.Store(now)

@@ -79,7 +79,7 @@ func ReadCatalog(data string) (*Catalog, error) {
 	}
 	c := &Catalog{Data: data}
 	live := map[uint64]*EntityInfo{}
-	nsDir := layout.NamespaceDir(data)
+	nsDir := layout.NamespaceLog(data)
 	if _, err := os.Stat(nsDir); err != nil {
 		c.NamespaceDamage = fmt.Errorf("no namespace log: %w", err)
 	} else if ro, err := log.OpenReadOnly(nsDir); err != nil {

@@ -122,7 +122,7 @@ func Dump(data string, opts DumpOptions) (*DumpReport, error) {
 		rep.add(ld)
 	}
 	if opts.Entity == "" {
-		rep.add(dumpLog(NamespaceLabel, data, layout.NamespaceDir(data), ""))
+		rep.add(dumpLog(NamespaceLabel, data, layout.NamespaceLog(data), ""))
 		for _, e := range cat.Entities {
 			entity(e)
 		}

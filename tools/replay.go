@@ -74,7 +74,7 @@ func Replay(w io.Writer, data string, opts ReplayOptions) error {
 }
 
 func replayNamespace(w *bufio.Writer, data string, opts ReplayOptions) error {
-	dir := layout.NamespaceDir(data)
+	dir := layout.NamespaceLog(data)
 	recs, err := logRecords(NamespaceLabel, dir)
 	if err != nil {
 		return fmt.Errorf("%s: %w", NamespaceLabel, err)

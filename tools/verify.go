@@ -64,7 +64,7 @@ func Verify(data string) ([]Finding, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%s is not a directory", data)
 	}
-	_, nsErr := os.Stat(layout.NamespaceDir(data))
+	_, nsErr := os.Stat(layout.NamespaceLog(data))
 	ents, entErr := os.ReadDir(layout.EntitiesDir(data))
 	if nsErr != nil && entErr != nil {
 		return nil, fmt.Errorf("%s holds no walbus data (no namespace log, no entities)", data)
@@ -132,7 +132,7 @@ func (v *verifier) guard(label string) {
 func (v *verifier) namespace() map[uint64]*EntityInfo {
 	live := map[uint64]*EntityInfo{}
 	defer v.guard(NamespaceLabel)
-	dir := layout.NamespaceDir(v.data)
+	dir := layout.NamespaceLog(v.data)
 	if _, err := os.Stat(dir); err != nil {
 		v.add(NamespaceLabel, "", 0, "no namespace log: %v", err)
 		return live
@@ -148,6 +148,9 @@ func (v *verifier) namespace() map[uint64]*EntityInfo {
 	}
 	lg := &logCheck{v: v, label: NamespaceLabel}
 	lg.walk(ro, func(ev *event.Event, seg string) {
+		if ev.Type == event.Marker {
+			return // a Raft entry of a cluster node's metadata group
+		}
 		if !isNamespaceType(ev.Type) {
 			lg.eventf(seg, ev.Index, "%s event in the namespace log", ev.Type)
 			return

@@ -2,6 +2,8 @@
 // broker writes and the offline tools read:
 //
 //	DATA/namespace/                the namespace log: entities created, updated, deleted
+//	DATA/metadata/log/             a cluster node's namespace log instead, the
+//	                               metadata group's (its Raft state beside it)
 //	DATA/entities/ID/log/          an entity's log (ID: its EntityCreated index, see DirName)
 //	DATA/entities/ID/snapshots/    its snapshots
 //	DATA/entities/ID/archive/      records compaction moved out of its log
@@ -10,6 +12,7 @@ package layout
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 )
@@ -17,6 +20,7 @@ import (
 // The names of the directories.
 const (
 	Namespace = "namespace"
+	Metadata  = "metadata"
 	Entities  = "entities"
 	Log       = "log"
 	Snapshots = "snapshots"
@@ -26,6 +30,20 @@ const (
 
 // NamespaceDir is the namespace log's directory in data.
 func NamespaceDir(data string) string { return filepath.Join(data, Namespace) }
+
+// MetadataDir is a cluster node's metadata group member's directory in
+// data: its log, the namespace log, is its LogDir.
+func MetadataDir(data string) string { return filepath.Join(data, Metadata) }
+
+// NamespaceLog is the directory of the namespace log of data, whether it
+// is a single node's (NamespaceDir) or a cluster node's (MetadataDir's
+// log): the offline tools read it there.
+func NamespaceLog(data string) string {
+	if _, err := os.Stat(MetadataDir(data)); err == nil {
+		return LogDir(MetadataDir(data))
+	}
+	return NamespaceDir(data)
+}
 
 // EntitiesDir holds a directory per entity.
 func EntitiesDir(data string) string { return filepath.Join(data, Entities) }

@@ -56,7 +56,7 @@ type Report struct {
 // Compact compacts the entities of the stopped broker in dataDir. It holds
 // the directory's lock throughout, so it refuses to run beside a server.
 func Compact(dataDir string, opts Options) ([]Report, error) {
-	if _, err := os.Stat(layout.NamespaceDir(dataDir)); err != nil {
+	if _, err := os.Stat(layout.NamespaceLog(dataDir)); err != nil {
 		return nil, fmt.Errorf("%s is not a walbus data directory: %w", dataDir, err)
 	}
 	lock, err := log.LockDir(dataDir)
@@ -117,7 +117,7 @@ type EntityDir struct {
 
 // Entities lists the entities a data directory's namespace log says exist.
 func Entities(dataDir string) ([]EntityDir, error) {
-	ns, err := log.OpenReadOnly(layout.NamespaceDir(dataDir))
+	ns, err := log.OpenReadOnly(layout.NamespaceLog(dataDir))
 	if err != nil {
 		return nil, fmt.Errorf("namespace log: %w", err)
 	}

@@ -1,0 +1,112 @@
+package broker
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/walbus/walbus/projection"
+)
+
+// metaLeader waits for the node that leads the metadata group.
+func (c *testCluster) metaLeader() uint64 {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for id := uint64(1); id <= 3; id++ {
+			if b := c.broker(id); b != nil && b.ClusterStatus()[0].Serving {
+				return id
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.t.Fatal("no node leads the metadata group")
+	return 0
+}
+
+// waitEntity waits until node id holds the entity called name, or, if
+// gone, until it holds it no more.
+func (c *testCluster) waitEntity(id uint64, name string, gone bool) *Entity {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		e, err := c.broker(id).Entity(name)
+		if (err == nil) != gone {
+			return e
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("node %d: entity %s: %v (gone wanted: %v)", id, name, err, gone)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The namespace is the metadata group's: an entity created on the node
+// that leads it is opened on every node under the same id, with its group
+// founded by the group's voters, and serves; a follower refuses to create
+// one, naming the leader; a deletion removes the entity and its files on
+// every node; a node that was down meanwhile learns both when it comes
+// back, and a restarted node holds its entities as soon as it is open.
+func TestClusterMetadataGroup(t *testing.T) {
+	c := newCluster(t)
+	leader := c.metaLeader()
+	follower := leader%3 + 1
+	_, err := c.broker(follower).CreateQueue("nope", projection.DefaultConfig())
+	if at, ok := LeaderOf(err); !errors.Is(err, ErrNotLeader) || !ok || at != leader {
+		t.Fatalf("create on a follower of the metadata group: %v (leader %d, %v), want node %d named", err, at, ok, leader)
+	}
+	if _, err := c.broker(leader).CreateTopic("news", DefaultTopicConfig()); err != nil {
+		t.Fatal(err)
+	}
+	var id uint64
+	for n := uint64(1); n <= 3; n++ {
+		e := c.waitEntity(n, "news", false)
+		if id == 0 {
+			id = e.id
+		}
+		if e.id != id {
+			t.Fatalf("node %d holds news as entity %d, want %d", n, e.id, id)
+		}
+		if _, err := c.broker(n).Entity("nope"); err == nil {
+			t.Fatalf("node %d holds the entity a follower refused", n)
+		}
+	}
+	sendUntilCreated(t, c.entityOn(c.leaderOfEntity("news", 0), "news"), []projection.Message{{Body: []byte("hi")}})
+
+	// A node down while an entity is created and another deleted.
+	down := follower
+	if down == leader {
+		down = leader%3 + 1
+	}
+	c.down(down)
+	ordersDir := c.entityOn(leader, "orders").dir
+	if _, err := c.broker(leader).CreateQueue("late", projection.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.broker(leader).DeleteEntity("orders"); err != nil {
+		t.Fatal(err)
+	}
+	for n := uint64(1); n <= 3; n++ {
+		if n != down {
+			c.waitEntity(n, "orders", true)
+		}
+	}
+	if _, err := os.Stat(ordersDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the deleted entity's files are still there: %v", err)
+	}
+	c.open(down)
+	c.waitEntity(down, "late", false)
+	c.waitEntity(down, "orders", true)
+	sendUntilCreated(t, c.entityOn(c.leaderOfEntity("late", 0), "late"), []projection.Message{{Body: []byte("late")}})
+
+	// A restart opens what the node knew at once.
+	restart := leader%3 + 1
+	c.down(restart)
+	b := c.open(restart)
+	for _, name := range []string{"news", "late"} {
+		if _, err := b.Entity(name); err != nil {
+			t.Fatalf("node %d, just restarted: %v", restart, err)
+		}
+	}
+}
