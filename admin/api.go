@@ -54,6 +54,16 @@ type API struct {
 	// Cluster, if set, is the node's side of its cluster, for the
 	// membership requests (walbus cluster add and remove).
 	Cluster ClusterControl
+	// Forward, if set, gives the base URL of a cluster's node's HTTP
+	// listener, false when this node does not know it. A request that
+	// the broker refuses because another node leads the group it touches
+	// is then passed on to that node, and its answer passed back
+	// (forward.go). Nil on a single node. It is called on the request's
+	// goroutine.
+	Forward func(node uint64) (baseURL string, ok bool)
+	// Node is this node's id in its cluster: requests are not passed on
+	// to it.
+	Node uint64
 }
 
 // NewAPI serves b's administration API, authorising with keys. maxMessage
@@ -74,6 +84,7 @@ const maxBody = 1 << 20
 const defaultTop = 100
 
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.keepBody(r)
 	if strings.EqualFold(strings.Trim(r.URL.Path, "/"), "$test/clock") {
 		a.testClock(w, r) // it asks for a key only off loopback
 		return
@@ -825,10 +836,18 @@ func (a *API) body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return b, true
 }
 
-// brokerError answers with the status the SDKs expect for err.
+// brokerError answers with the status the SDKs expect for err. An
+// operation another node must do is passed on to that node when it is
+// known (forward), else refused with 503, which the SDKs retry.
 func (a *API) brokerError(w http.ResponseWriter, r *http.Request, err error) {
+	if node, ok := a.forwardTo(r, err); ok {
+		a.forward(w, r, node, err)
+		return
+	}
 	var pe *atom.PropertyError
 	switch {
+	case errors.Is(err, broker.ErrNotLeader):
+		a.unavailable(w, r, err.Error())
 	case errors.Is(err, broker.ErrEntityNotFound):
 		a.fail(w, r, http.StatusNotFound, err.Error())
 	case errors.Is(err, broker.ErrEntityExists):

@@ -14,10 +14,14 @@ import (
 // it is, the cluster's nodes, and each entity's group as this node's
 // member sees it (docs/cluster.md).
 type ClusterStatus struct {
-	Node    uint64               `json:"node"`
-	Cluster string               `json:"cluster"`
-	Peers   map[uint64]string    `json:"peers"` // every node's peer address, this one's included
-	Groups  []broker.GroupStatus `json:"groups"`
+	Node    uint64            `json:"node"`
+	Cluster string            `json:"cluster"`
+	Peers   map[uint64]string `json:"peers"` // every node's peer address, this one's included
+	// HTTP is the URL of each node's HTTP listener, as the node
+	// advertised it to this one (its own included): where administration
+	// requests are passed on to. A node not yet heard from is missing.
+	HTTP   map[uint64]string    `json:"http,omitempty"`
+	Groups []broker.GroupStatus `json:"groups"`
 }
 
 // ClusterHealth is what /health says of a cluster's node: which node it
@@ -30,6 +34,9 @@ type ClusterHealth struct {
 	Role      string   `json:"role"`
 	Leading   []string `json:"leading"`
 	Following []string `json:"following"`
+	// Namespace is the node's role in the metadata group: "leader",
+	// "follower", or "" when its member knows no leader.
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // NewClusterHealth is the node's role as its groups say it. An entity is
@@ -37,7 +44,18 @@ type ClusterHealth struct {
 // its term), as the entity's actor takes appends only then.
 func NewClusterHealth(st ClusterStatus) ClusterHealth {
 	h := ClusterHealth{Node: st.Node, Leading: []string{}, Following: []string{}}
+	groups := 0
 	for _, g := range st.Groups {
+		if g.Entity == broker.MetaEntity {
+			switch {
+			case g.Serving:
+				h.Namespace = "leader"
+			case g.Leader != 0:
+				h.Namespace = "follower"
+			}
+			continue
+		}
+		groups++
 		if g.Serving {
 			h.Leading = append(h.Leading, g.Entity)
 		} else {
@@ -45,7 +63,7 @@ func NewClusterHealth(st ClusterStatus) ClusterHealth {
 		}
 	}
 	switch {
-	case len(st.Groups) == 0:
+	case groups == 0:
 		h.Role = "none"
 	case len(h.Following) == 0:
 		h.Role = "leader"
@@ -110,8 +128,9 @@ type PeerRequest struct {
 }
 
 // ChangeRequest is POST /$walbus/cluster/change's body: one step of a
-// membership change of an entity's group (replica.AddLearner, Promote,
-// Remove), which the node proposes if it leads the group.
+// membership change of an entity's group, or of the metadata group when
+// Entity is broker.MetaEntity (replica.AddLearner, Promote, Remove), which
+// the node proposes if it leads the group.
 type ChangeRequest struct {
 	Entity string `json:"entity"`
 	Step   string `json:"step"`
@@ -164,13 +183,11 @@ func (a *API) clusterRequest(w http.ResponseWriter, r *http.Request, op string) 
 			jsonError(w, http.StatusBadRequest, "name the node: an id of 1 or more")
 			return
 		}
-		e, err := a.b.Entity(req.Entity)
-		if err != nil {
-			jsonError(w, statusOf(err), err.Error())
-			return
-		}
 		a.logger.Info("membership change", "entity", req.Entity, "step", req.Step, "node", req.Node)
-		switch err := e.ChangeMembership(req.Step, req.Node); {
+		switch err := a.b.ChangeMembership(req.Entity, req.Step, req.Node); {
+		case errors.Is(err, broker.ErrEntityNotFound):
+			jsonError(w, http.StatusNotFound, err.Error())
+			return
 		case errors.Is(err, broker.ErrNotLeader):
 			jsonError(w, http.StatusConflict, err.Error())
 			return
