@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +37,7 @@ type clusterOptions struct {
 	tick, balance             time.Duration
 	join                      bool
 	tlsCert, tlsKey, tlsCA    string
+	advertiseHTTP             string
 }
 
 func (c *clusterOptions) flags(fs *flag.FlagSet) {
@@ -50,6 +52,7 @@ func (c *clusterOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.tlsCA, "peer-tls-ca", "", "the certificate authority (PEM) whose certificates the other nodes must present")
 	fs.DurationVar(&c.balance, "leader-balance", 5*time.Second, "how often the node hands groups it leads beyond its share to other nodes (0: never)")
 	fs.BoolVar(&c.join, "join", false, "join a cluster that runs: entities this node has no data for wait for `walbus cluster add` (docs/cluster.md)")
+	fs.StringVar(&c.advertiseHTTP, "advertise-http", "", "the URL the other nodes reach this node's HTTP listener at, e.g. http://10.0.0.5:5300: they pass on to it the administration requests it must serve (default: https with --tls-cert, which they must trust, else http; --http's host, or the peer address's if --http names none; --http's port)")
 }
 
 // on reports whether serve runs as a cluster's node.
@@ -71,10 +74,20 @@ type clusterConfig struct {
 	listen string
 	nodes  map[uint64]string // every node's peer address, this one's included
 	tls    *tls.Config       // nil: the peer links are plain TCP
+	// advertise is --advertise-http: the URL the other nodes reach this
+	// node's HTTP listener at, "" to derive it (httpURL).
+	advertise string
 }
 
 func (c *clusterOptions) resolve() (*clusterConfig, error) {
 	cfg := &clusterConfig{name: c.name, node: c.node, listen: c.listen, nodes: map[uint64]string{}}
+	if c.advertiseHTTP != "" {
+		u, err := checkNodeURL(c.advertiseHTTP)
+		if err != nil {
+			return nil, fmt.Errorf("--advertise-http: %w", err)
+		}
+		cfg.advertise = u
+	}
 	if c.file != "" {
 		b, err := os.ReadFile(c.file)
 		if err != nil {
@@ -146,6 +159,50 @@ func (c *clusterOptions) resolve() (*clusterConfig, error) {
 	return cfg, nil
 }
 
+// checkNodeURL checks a node's HTTP URL as --advertise-http gives it:
+// http or https, a host, nothing after the port. It returns it without a
+// trailing slash.
+func checkNodeURL(s string) (string, error) {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return "", err
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("%q is not an http:// or https:// URL", s)
+	case u.Host == "" || u.Hostname() == "":
+		return "", fmt.Errorf("%q names no host", s)
+	case strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+		return "", fmt.Errorf("%q has more than a scheme, a host and a port", s)
+	case len(s) > peer.MaxAdvertise:
+		return "", fmt.Errorf("%q is over %d bytes", s, peer.MaxAdvertise)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
+// httpURL is the URL this node advertises to the others for its HTTP
+// listener (the administration API): --advertise-http, or else one made
+// of the listener's. httpFlag is --http, bound the address the listener
+// took ("" for none: then the node advertises nothing, unless
+// --advertise-http), and withTLS whether it takes TLS. The host is --http's
+// if it names one, else the host of this node's peer address (the
+// address the others reach it at); the port is the one bound, which
+// --http may have left to the kernel.
+func (c *clusterConfig) httpURL(httpFlag, bound string, withTLS bool) string {
+	if c.advertise != "" || bound == "" {
+		return c.advertise
+	}
+	scheme := "http"
+	if withTLS {
+		scheme = "https"
+	}
+	host, _, _ := net.SplitHostPort(httpFlag)
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host, _, _ = net.SplitHostPort(c.nodes[c.node])
+	}
+	_, port, _ := net.SplitHostPort(bound)
+	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
 func btoi(b bool) int {
 	if b {
 		return 1
@@ -208,6 +265,7 @@ func (c *clusterConfig) learn(dir string, logger *slog.Logger) error {
 type clusterNode struct {
 	cfg       *clusterConfig
 	dir       string // the data directory
+	url       string // the URL of this node's HTTP listener, as it advertises it ("" for none)
 	transport *peer.Transport
 	broker    atomic.Pointer[broker.Broker]
 	mu        sync.Mutex // cfg.nodes, once the node runs
@@ -274,8 +332,10 @@ func writeFileDurable(path string, b []byte) error {
 	return d.Sync()
 }
 
-func startCluster(c *clusterConfig, tick time.Duration, logger *slog.Logger) (*clusterNode, *broker.Cluster, error) {
-	n := &clusterNode{cfg: c}
+// startCluster starts the node's peer transport, which tells the other
+// nodes the URL of this node's HTTP listener, advertise (httpURL).
+func startCluster(c *clusterConfig, tick time.Duration, advertise string, logger *slog.Logger) (*clusterNode, *broker.Cluster, error) {
+	n := &clusterNode{cfg: c, url: advertise}
 	peers := map[uint64]string{}
 	var ids []uint64
 	for id, addr := range c.nodes {
@@ -286,6 +346,7 @@ func startCluster(c *clusterConfig, tick time.Duration, logger *slog.Logger) (*c
 	}
 	slices.Sort(ids)
 	tr, err := peer.New(peer.Config{Cluster: c.name, ID: c.node, Listen: c.listen, Peers: peers, Logger: logger, TLS: c.tls,
+		Advertise: advertise,
 		Deliver: func(group uint64, m *pb.Message) {
 			if b := n.broker.Load(); b != nil {
 				b.Step(group, m)
@@ -305,9 +366,22 @@ func startCluster(c *clusterConfig, tick time.Duration, logger *slog.Logger) (*c
 		return nil, nil, fmt.Errorf("cluster %s: listen for peers: %w", c.name, err)
 	}
 	n.transport = tr
-	logger.Info("listening", "peers", tr.Addr(), "cluster", c.name, "node", c.node)
+	logger.Info("listening", "peers", tr.Addr(), "cluster", c.name, "node", c.node, "advertise", advertise)
 	return n, &broker.Cluster{ID: c.node, Peers: ids, Tick: tick, Counters: &replica.Counters{},
 		Send: func(group uint64, m *pb.Message) { tr.Send(group, []*pb.Message{m}) }}, nil
+}
+
+// nodeURL is the URL of node id's HTTP listener, as that node advertised
+// it (this node's own, for its id): where the administration API passes
+// on a request another node must serve. It is false for a node that has
+// advertised none, or not yet connected. It is safe to call from any
+// goroutine.
+func (n *clusterNode) nodeURL(id uint64) (string, bool) {
+	u := n.url
+	if id != n.cfg.node {
+		u = n.transport.Advertised(id)
+	}
+	return u, u != ""
 }
 
 // status is the node as GET /cluster shows it, b's groups included.
@@ -315,5 +389,11 @@ func (n *clusterNode) status(b *broker.Broker) admin.ClusterStatus {
 	n.mu.Lock()
 	peers := maps.Clone(n.cfg.nodes)
 	n.mu.Unlock()
-	return admin.ClusterStatus{Node: n.cfg.node, Cluster: n.cfg.name, Peers: peers, Groups: b.ClusterStatus()}
+	urls := map[uint64]string{}
+	for id := range peers {
+		if u, ok := n.nodeURL(id); ok {
+			urls[id] = u
+		}
+	}
+	return admin.ClusterStatus{Node: n.cfg.node, Cluster: n.cfg.name, Peers: peers, HTTP: urls, Groups: b.ClusterStatus()}
 }

@@ -86,8 +86,13 @@ func TestClusterReplaceNode(t *testing.T) {
 	for id, p := range nodes {
 		var st admin.ClusterStatus
 		getJSON(t, "http://"+p.http+"/cluster", &st)
-		if len(st.Groups) != 1 || !slices.Equal(st.Groups[0].Voters, want) || len(st.Groups[0].Learners) > 0 {
-			t.Fatalf("node %d sees the group as %+v; want voters %v", id, st.Groups, want)
+		if len(st.Groups) != 2 {
+			t.Fatalf("node %d sees the groups %+v; want the metadata group's and the queue's", id, st.Groups)
+		}
+		for _, g := range st.Groups {
+			if !slices.Equal(g.Voters, want) || len(g.Learners) > 0 {
+				t.Fatalf("node %d sees the group as %+v; want voters %v", id, g, want)
+			}
 		}
 	}
 	waitSnapshotReceived(t, nodes[4])

@@ -32,7 +32,7 @@ func TestClusterSnapshotProcesses(t *testing.T) {
 	bodies := deferBacklog(t, nodes[leader], 20, 10)
 	var st admin.ClusterStatus
 	getJSON(t, "http://"+nodes[leader].http+"/cluster", &st)
-	if len(st.Groups) != 1 || st.Groups[0].Snapshot == 0 {
+	if gs := entityGroups(st.Groups); len(gs) != 1 || gs[0].Snapshot == 0 {
 		t.Fatalf("the leader took no snapshot: %+v", st.Groups)
 	}
 

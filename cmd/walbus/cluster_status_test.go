@@ -109,10 +109,11 @@ func TestClusterStatus(t *testing.T) {
 		if code := getJSON(t, "http://"+p.http+"/cluster", &st); code != 200 {
 			t.Fatalf("GET /cluster on node %d: %d", id, code)
 		}
-		if st.Node != uint64(id) || st.Cluster != "status" || len(st.Peers) != 3 || len(st.Groups) != 1 {
+		if st.Node != uint64(id) || st.Cluster != "status" || len(st.Peers) != 3 || len(st.Groups) != 2 ||
+			st.Groups[0].Entity != broker.MetaEntity || st.Groups[0].Leader == 0 {
 			t.Fatalf("node %d's /cluster: %+v", id, st)
 		}
-		o := st.Groups[0]
+		o := st.Groups[1]
 		if o.Entity != "orders" || o.Group == 0 || o.ID != uint64(id) || o.Leader != uint64(leader) || o.Term != g.Term {
 			t.Fatalf("node %d's group: %+v", id, o)
 		}
@@ -333,4 +334,9 @@ func TestMergeClusterAnswers(t *testing.T) {
 	if len(r.Members) != 3 || r.Members[1].Answered || r.Members[1].Peer != "p2" {
 		t.Fatalf("members: %+v", r.Members)
 	}
+}
+
+// entityGroups is gs without the metadata group's.
+func entityGroups(gs []broker.GroupStatus) []broker.GroupStatus {
+	return slices.DeleteFunc(slices.Clone(gs), func(g broker.GroupStatus) bool { return g.Entity == broker.MetaEntity })
 }

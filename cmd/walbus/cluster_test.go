@@ -203,8 +203,9 @@ var freePorts = struct {
 type clusterHealth struct {
 	Status  string `json:"status"`
 	Cluster *struct {
-		Node    uint64   `json:"node"`
-		Leading []string `json:"leading"`
+		Node      uint64   `json:"node"`
+		Leading   []string `json:"leading"`
+		Namespace string   `json:"namespace"`
 	} `json:"cluster"`
 }
 

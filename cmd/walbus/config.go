@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/walbus/walbus/admin/emuconfig"
 	"github.com/walbus/walbus/broker"
@@ -109,6 +110,41 @@ func applyConfig(b *broker.Broker, path string, linkMax uint64, logger *slog.Log
 		}
 	}
 	return nil
+}
+
+// clusterConfigWait is how long a cluster's node goes on applying the
+// config file while some of it waits for other nodes.
+const clusterConfigWait = 10 * time.Minute
+
+// applyClusterConfig applies the config file on a cluster's node, where
+// the node that leads the metadata group creates the entities and the
+// node that leads each entity gives it the file's settings, subscriptions
+// and rules (every node is given the same file): each node applies it
+// again every second while some of it is left to another node or waits
+// for a group's leader, until all of it holds or ctx ends. The file was
+// read once before (a bad one stops the start).
+func applyClusterConfig(ctx context.Context, b *broker.Broker, path string, linkMax uint64, logger *slog.Logger) {
+	deadline := time.Now().Add(clusterConfigWait)
+	for {
+		err := applyConfig(b, path, linkMax, logger)
+		switch {
+		case err == nil:
+			logger.Info("config applied: the cluster holds the file's entities", "file", path)
+			return
+		case !errors.Is(err, broker.ErrNotLeader):
+			logger.Error("bad config", "err", err)
+			return
+		case time.Now().After(deadline):
+			logger.Warn("config: some of it is still left to other nodes; this node stops trying", "file", path, "err", err)
+			return
+		}
+		logger.Debug("config: waiting for other nodes", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // warnLarger warns of an entity that allows larger messages than the

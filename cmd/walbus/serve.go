@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/walbus/walbus/admin"
+	"github.com/walbus/walbus/admin/emuconfig"
 	"github.com/walbus/walbus/amqpserver"
 	"github.com/walbus/walbus/amqpserver/sas"
 	"github.com/walbus/walbus/amqpserver/transport"
@@ -381,6 +382,7 @@ func serve(args []string) int {
 			sp.Close()
 		}
 	}()
+	var httpBound string // the address --http listens at, its port chosen if --http named 0
 	if o.httpAddr != "" {
 		ln, err := net.Listen("tcp", o.httpAddr)
 		if err != nil {
@@ -390,6 +392,7 @@ func serve(args []string) int {
 		sp := transport.NewSplit(ln, tlsCfg, adm, logger)
 		splits = append(splits, sp)
 		go httpSrv.Serve(sp.HTTP())
+		httpBound = ln.Addr().String()
 		logger.Info("listening", "http", ln.Addr().String())
 	}
 
@@ -405,7 +408,7 @@ func serve(args []string) int {
 			logger.Error("cannot read the nodes added to the cluster", "err", err)
 			return 1
 		}
-		if cluster, brokerCluster, err = startCluster(cfg, o.cluster.tick, logger); err != nil {
+		if cluster, brokerCluster, err = startCluster(cfg, o.cluster.tick, cfg.httpURL(o.httpAddr, httpBound, tlsCfg != nil), logger); err != nil {
 			logger.Error("cannot start the cluster's transport", "err", err)
 			return 1
 		}
@@ -457,7 +460,14 @@ func serve(args []string) int {
 	})
 	logger.Info("recovered", "entities", len(rec.Entities), "took", rec.Took, "data", o.data, "sync", policy.String())
 	logger.Info("memory budget", "budget", byteSize{&o.memoryBudget}.String(), "go_memory_limit", memoryLimitText(memLimit))
-	if o.config != "" {
+	if o.config != "" && cluster != nil {
+		if _, err := emuconfig.Load(o.config); err != nil {
+			logger.Error("bad config", "err", err)
+			b.Close()
+			return 2
+		}
+		go applyClusterConfig(ctx, b, o.config, o.limits.MaxMessageSize, logger)
+	} else if o.config != "" {
 		if err := applyConfig(b, o.config, o.limits.MaxMessageSize, logger); err != nil {
 			logger.Error("bad config", "err", err)
 			fileLimitHint(logger, err)
@@ -472,6 +482,8 @@ func serve(args []string) int {
 	adminAPI := admin.NewAPI(b, keys, int(o.limits.MaxMessageSize), logger)
 	if cluster != nil {
 		adminAPI.Cluster = cluster
+		adminAPI.Forward = cluster.nodeURL
+		adminAPI.Node = cluster.cfg.node
 	}
 	adminAPI.Audit = func(entity string, seq uint64) (any, error) {
 		// The live log, read as walbus audit reads a stopped one.
