@@ -121,7 +121,8 @@ type ClusterControl interface {
 	AddPeer(id uint64, addr string) error
 }
 
-// PeerRequest is POST /$walbus/cluster/peer's body.
+// PeerRequest is POST /$walbus/cluster/peer's body: node Node listens
+// for its peers at Peer, or, when Peer is "", has left the cluster.
 type PeerRequest struct {
 	Node uint64 `json:"node"`
 	Peer string `json:"peer"`
@@ -141,6 +142,10 @@ type ChangeRequest struct {
 // body (a key with Manage rights, as every request of the API):
 //
 //	/$walbus/cluster/peer     PeerRequest: 204 once the node knows the peer
+//	                          and the metadata group recorded it (passed on
+//	                          to the group's leader), so that every node,
+//	                          one down now included, learns it; 503 when
+//	                          the group cannot record it now
 //	/$walbus/cluster/change   ChangeRequest: 204 once the group committed the
 //	                          step; 409 when this node does not lead the
 //	                          group; 422 when the step does not fit it
@@ -162,8 +167,22 @@ func (a *API) clusterRequest(w http.ResponseWriter, r *http.Request, op string) 
 			jsonError(w, http.StatusBadRequest, "the body: "+err.Error())
 			return
 		}
-		if err := a.Cluster.AddPeer(req.Node, req.Peer); err != nil {
-			jsonError(w, http.StatusBadRequest, err.Error())
+		if req.Peer != "" {
+			if err := a.Cluster.AddPeer(req.Node, req.Peer); err != nil {
+				jsonError(w, http.StatusBadRequest, err.Error())
+				return
+			}
+		} else if req.Node == 0 {
+			jsonError(w, http.StatusBadRequest, "name the node: an id of 1 or more")
+			return
+		}
+		if err := a.b.RecordPeer(req.Node, req.Peer); err != nil {
+			if node, ok := a.forwardTo(r, err); ok {
+				a.forward(w, r, node, err)
+				return
+			}
+			w.Header().Set("Retry-After", "1")
+			jsonError(w, http.StatusServiceUnavailable, "the metadata group did not record the peer: "+err.Error())
 			return
 		}
 	case "change":

@@ -23,6 +23,10 @@ import (
 // the broker started (0: none), the administration API's AccessedAt; last
 // also counts changes of the entity and starts at its opening.
 type activity struct {
+	// since is when this node began to see the entity's use: when it
+	// opened it, or, in a cluster, when it began to lead it (a follower
+	// sees none). Idleness counts from no earlier.
+	since    atomic.Int64
 	last     atomic.Int64
 	accessed atomic.Int64
 	subs     sync.Map // subscription queue number -> *atomic.Int64
@@ -58,7 +62,12 @@ func (b *Broker) autoDelete() {
 		if cfg == nil {
 			continue
 		}
-		if idleFor(*cfg, e.active.last.Load()) && !e.hasReceivers(nil) {
+		if b.opts.Cluster != nil && !e.Leading() {
+			// Its use is seen where it is led. (The deletion itself is
+			// the metadata group's leader's: where one node leads both.)
+			continue
+		}
+		if idleFor(*cfg, max(e.active.last.Load(), e.active.since.Load())) && !e.hasReceivers(nil) {
 			if err := b.DeleteEntity(e.name); err == nil {
 				b.logger.Info("entity deleted: idle for its AutoDeleteOnIdle", "entity", e.name, "auto_delete_on_idle", cfg.AutoDeleteOnIdle)
 			}
@@ -72,7 +81,7 @@ func (b *Broker) autoDelete() {
 			continue
 		}
 		for _, s := range subs {
-			last := max(s.Created, e.opened)
+			last := max(s.Created, e.active.since.Load())
 			if v, ok := e.active.subs.Load(s.Queue); ok {
 				last = max(last, v.(*atomic.Int64).Load())
 			}

@@ -393,6 +393,7 @@ func (b *Broker) openEntity(name string, id uint64, cfg projection.Config, found
 		opened:    b.clock.Now().UnixNano(),
 	}
 	e.active.last.Store(e.opened)
+	e.active.since.Store(e.opened)
 	if b.opts.NewBracket != nil {
 		e.bracket = b.opts.NewBracket()
 	}

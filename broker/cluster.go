@@ -37,6 +37,11 @@ type Cluster struct {
 	// and hands a group it leads beyond its share to another node
 	// (balance.go; 5 s if 0, never if negative).
 	BalanceEvery time.Duration
+	// OnPeer, if set, is told a node's peer address ("" when the node
+	// left) as the metadata group records it (Broker.RecordPeer), and
+	// at the start, each node the namespace names. It is called with the
+	// broker locked: it must not call it.
+	OnPeer func(id uint64, addr string)
 	// Join: the node joins a cluster that exists. An entity it has no
 	// log for starts outside its group and waits for the group's leader
 	// to add it (ChangeMembership); without Join, such an entity founds
@@ -387,6 +392,7 @@ func (o *entityOwner) Lead(term, next uint64) {
 			return
 		}
 		e.raft.leading = true
+		e.active.since.Store(e.b.clock.Now().UnixNano())
 		e.b.logger.Info("entity leads", "entity", e.name, "term", term)
 		if cfg := e.raft.cfg; cfg != nil && !e.st.Created() {
 			evs, err := e.decide(projection.Configure{Name: e.name, Config: *cfg})

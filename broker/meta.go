@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -42,9 +43,10 @@ type metaGroup struct {
 	b       *Broker
 	member  *replica.Member
 	mu      sync.Mutex
-	ns      *namespace    // as committed and applied here (mu)
-	failed  error         // a committed record that could not be applied (mu)
-	changed chan struct{} // a token: ns changed, reconcile
+	ns      *namespace        // as committed and applied here (mu)
+	failed  error             // a committed record that could not be applied (mu)
+	changed chan struct{}     // a token: ns changed, reconcile
+	told    map[uint64]string // the peer addresses Cluster.OnPeer was told (b.mu)
 }
 
 // openMeta opens the node's member of the metadata group and returns the
@@ -58,7 +60,7 @@ func (b *Broker) openMeta() (*namespace, error) {
 				"walbus before the metadata group): start the cluster's node on an empty directory", b.opts.Dir)
 		}
 	}
-	g := &metaGroup{b: b, ns: newNamespace(), changed: make(chan struct{}, 1)}
+	g := &metaGroup{b: b, ns: newNamespace(), changed: make(chan struct{}, 1), told: map[uint64]string{}}
 	peers := c.Peers
 	if c.Join {
 		peers = nil // added by the group's leader (walbus cluster add)
@@ -98,7 +100,55 @@ func (b *Broker) openMeta() (*namespace, error) {
 		m.Close()
 		return nil, g.failed
 	}
-	return g.ns.clone(), nil
+	ns := g.ns.clone()
+	g.tellPeers(ns)
+	return ns, nil
+}
+
+// tellPeers tells Cluster.OnPeer the peer addresses ns records that it
+// was not told yet.
+func (g *metaGroup) tellPeers(ns *namespace) {
+	on := g.b.opts.Cluster.OnPeer
+	for _, id := range slices.Sorted(maps.Keys(ns.peers)) {
+		addr := ns.peers[id]
+		if old, ok := g.told[id]; ok && old == addr {
+			continue
+		}
+		g.told[id] = addr
+		if on != nil {
+			on(id, addr)
+		}
+	}
+}
+
+// RecordPeer records in the metadata group that node id listens for its
+// peers at addr, or, with addr "", that it left the cluster: every node
+// is told (Cluster.OnPeer), now or when it next applies the group's log.
+// Only the node that leads the group records (a *NotLeaderError
+// otherwise).
+func (b *Broker) RecordPeer(id uint64, addr string) error {
+	if b.meta == nil {
+		return errors.New("not a cluster's node")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	b.meta.mu.Lock()
+	old, ok := b.meta.ns.peers[id]
+	b.meta.mu.Unlock()
+	if ok && old == addr {
+		return nil
+	}
+	if err := b.appendNamespace([]event.Event{{Type: event.NodeAddress, Source: id, Name: addr}}); err != nil {
+		return err
+	}
+	b.meta.mu.Lock()
+	ns := b.meta.ns.clone()
+	b.meta.mu.Unlock()
+	b.meta.tellPeers(ns)
+	return nil
 }
 
 func (g *metaGroup) close() error { return g.member.Close() }
@@ -175,11 +225,13 @@ func (b *Broker) runMeta() {
 // went well.
 func (b *Broker) reconcile() bool {
 	g := b.meta
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Read under b.mu: what a creation or deletion on this node applied
+	// before it let go of b.mu is in it.
 	g.mu.Lock()
 	ns, failed := g.ns.clone(), g.failed
 	g.mu.Unlock()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed || failed != nil {
 		return true // a namespace this node could not follow changes nothing
 	}
@@ -188,6 +240,7 @@ func (b *Broker) reconcile() bool {
 		c.setOffset(ns.advanced)
 		c.mu.Unlock()
 	}
+	g.tellPeers(ns)
 	for key, e := range b.entities {
 		if _, live := ns.names[e.id]; live {
 			continue

@@ -2,7 +2,10 @@ package broker
 
 import (
 	"errors"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,7 +96,9 @@ func TestClusterMetadataGroup(t *testing.T) {
 		}
 	}
 	if _, err := os.Stat(ordersDir); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the deleted entity's files are still there: %v", err)
+		var left []string
+		filepath.WalkDir(ordersDir, func(p string, _ fs.DirEntry, _ error) error { left = append(left, p); return nil })
+		t.Fatalf("the deleted entity's files are still there: %v %v", err, left)
 	}
 	c.open(down)
 	c.waitEntity(down, "late", false)
@@ -108,5 +113,66 @@ func TestClusterMetadataGroup(t *testing.T) {
 		if _, err := b.Entity(name); err != nil {
 			t.Fatalf("node %d, just restarted: %v", restart, err)
 		}
+	}
+}
+
+// A peer address recorded on the node that leads the metadata group
+// reaches every node (Cluster.OnPeer), one down at the time when it is
+// back, and at every start; a follower refuses to record one, naming
+// the leader; a record that a node left reaches them too.
+func TestClusterRecordsPeers(t *testing.T) {
+	var mu sync.Mutex
+	told := map[uint64]map[uint64]string{} // node -> what it was told
+	c := newCluster(t, func(id uint64, o *Options) {
+		mu.Lock()
+		told[id] = map[uint64]string{}
+		mu.Unlock()
+		o.Cluster.OnPeer = func(node uint64, addr string) {
+			mu.Lock()
+			told[id][node] = addr
+			mu.Unlock()
+		}
+	})
+	waitTold := func(id, node uint64, addr string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			mu.Lock()
+			got, ok := told[id][node]
+			mu.Unlock()
+			if ok && got == addr {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d was told %q for node %d, want %q", id, got, node, addr)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	leader := c.metaLeader()
+	follower := leader%3 + 1
+	if err := c.broker(follower).RecordPeer(4, "127.0.0.1:7004"); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("record a peer on a follower: %v", err)
+	}
+	down := follower%3 + 1
+	if down == leader {
+		down = follower
+	}
+	c.down(down)
+	if err := c.broker(leader).RecordPeer(4, "127.0.0.1:7004"); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		if id != down {
+			waitTold(id, 4, "127.0.0.1:7004")
+		}
+	}
+	c.open(down) // told at its start, from what its log holds, or once it catches up
+	waitTold(down, 4, "127.0.0.1:7004")
+	if err := c.broker(leader).RecordPeer(4, ""); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		waitTold(id, 4, "")
 	}
 }

@@ -12,8 +12,8 @@ import (
 )
 
 // namespace is what the namespace log says: the live entities, by id
-// (the index of their EntityCreated record), and how far the test clock
-// was advanced. A single node reads it from its log at Open; a cluster's
+// (the index of their EntityCreated record), how far the test clock was
+// advanced, and in a cluster the nodes' peer addresses. A single node reads it from its log at Open; a cluster's
 // node builds it from its metadata group's committed entries (meta.go).
 type namespace struct {
 	names    map[uint64]string     // live ids -> name
@@ -21,11 +21,12 @@ type namespace struct {
 	specs    map[uint64]entitySpec // live ids -> what the last record said
 	times    map[uint64][2]int64   // created, updated (unix ns)
 	advanced time.Duration         // the test clock's advances
+	peers    map[uint64]string     // node id -> peer address ("": left)
 }
 
 func newNamespace() *namespace {
 	return &namespace{names: map[uint64]string{}, byName: map[string]uint64{}, specs: map[uint64]entitySpec{},
-		times: map[uint64][2]int64{}}
+		times: map[uint64][2]int64{}, peers: map[uint64]string{}}
 }
 
 // apply takes one record of the namespace log; others (a cluster's
@@ -59,6 +60,8 @@ func (ns *namespace) apply(ev *event.Event) error {
 		delete(ns.byName, key)
 	case event.ClockAdvanced:
 		ns.advanced += time.Duration(ev.TTL)
+	case event.NodeAddress:
+		ns.peers[ev.Source] = ev.Name
 	}
 	return nil
 }
@@ -69,5 +72,5 @@ func (ns *namespace) ids() []uint64 { return slices.Sorted(maps.Keys(ns.names)) 
 // clone is a copy of ns that shares nothing with it.
 func (ns *namespace) clone() *namespace {
 	return &namespace{names: maps.Clone(ns.names), byName: maps.Clone(ns.byName), specs: maps.Clone(ns.specs),
-		times: maps.Clone(ns.times), advanced: ns.advanced}
+		times: maps.Clone(ns.times), advanced: ns.advanced, peers: maps.Clone(ns.peers)}
 }

@@ -142,7 +142,8 @@ func seqOf(ev *event.Event) uint64 {
 		return ev.Index
 	}
 	switch ev.Type {
-	case event.EntityCreated, event.EntityUpdated, event.EntityDeleted, event.ClockAdvanced, event.Remembered, event.Committed, event.Arrived,
+	case event.EntityCreated, event.EntityUpdated, event.EntityDeleted, event.ClockAdvanced, event.NodeAddress, event.Remembered,
+		event.Committed, event.Arrived,
 		event.SessionLocked, event.SessionLockRenewed, event.SessionUnlocked, event.SessionStateSet:
 		return 0
 	}
@@ -150,7 +151,8 @@ func seqOf(ev *event.Event) uint64 {
 }
 
 func isNamespaceType(t event.Type) bool {
-	return t == event.EntityCreated || t == event.EntityUpdated || t == event.EntityDeleted || t == event.ClockAdvanced
+	return t == event.EntityCreated || t == event.EntityUpdated || t == event.EntityDeleted || t == event.ClockAdvanced ||
+		t == event.NodeAddress
 }
 
 // hasQueue says whether events of type t are about one of the entity's
@@ -273,6 +275,10 @@ func eventDetails(ev *event.Event, c eventContext) string {
 		return b.String()
 	case event.ClockAdvanced:
 		add("by", time.Duration(ev.TTL).String())
+		return b.String()
+	case event.NodeAddress:
+		add("node", strconv.FormatUint(ev.Source, 10))
+		add("peer", quoteIfNeeded(ev.Name))
 		return b.String()
 	case event.Activated:
 		add("from", strconv.FormatUint(ev.Seq, 10))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -158,6 +159,12 @@ func (v *verifier) namespace() map[uint64]*EntityInfo {
 		if ev.Type == event.ClockAdvanced {
 			if ev.TTL <= 0 {
 				lg.eventf(seg, ev.Index, "the test clock advanced by %v", time.Duration(ev.TTL))
+			}
+			return
+		}
+		if ev.Type == event.NodeAddress {
+			if _, _, err := net.SplitHostPort(ev.Name); ev.Source == 0 || ev.Name != "" && err != nil {
+				lg.eventf(seg, ev.Index, "node %d at %q: want a node id of 1 or more and host:port", ev.Source, ev.Name)
 			}
 			return
 		}

@@ -266,6 +266,7 @@ type clusterNode struct {
 	cfg       *clusterConfig
 	dir       string // the data directory
 	url       string // the URL of this node's HTTP listener, as it advertises it ("" for none)
+	log       *slog.Logger
 	transport *peer.Transport
 	broker    atomic.Pointer[broker.Broker]
 	mu        sync.Mutex // cfg.nodes, once the node runs
@@ -302,6 +303,37 @@ func (n *clusterNode) AddPeer(id uint64, addr string) error {
 	return nil
 }
 
+// onPeer follows the metadata group's record of node id's peer address
+// (broker.Cluster.OnPeer): a node added is one of the transport's peers,
+// one that left is forgotten.
+func (n *clusterNode) onPeer(id uint64, addr string) {
+	if id == n.cfg.node {
+		return
+	}
+	if addr != "" {
+		if err := n.AddPeer(id, addr); err != nil {
+			n.log.Warn("cannot take a node the metadata group names", "node", id, "peer", addr, "err", err)
+		}
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.cfg.nodes[id]; !ok {
+		return
+	}
+	delete(n.cfg.nodes, id)
+	n.transport.RemovePeer(id)
+	n.log.Info("node left the cluster; no longer a peer", "node", id)
+	lp := learnedPeers{}
+	if b, err := os.ReadFile(filepath.Join(n.dir, learnedPeersFile)); err == nil && json.Unmarshal(b, &lp) == nil && lp.Nodes[id] != "" {
+		delete(lp.Nodes, id)
+		b, _ := json.MarshalIndent(lp, "", "  ")
+		if err := writeFileDurable(filepath.Join(n.dir, learnedPeersFile), append(b, '\n')); err != nil {
+			n.log.Warn("cannot forget a node that left in "+learnedPeersFile, "node", id, "err", err)
+		}
+	}
+}
+
 // writeFileDurable writes path whole or not at all: a temporary file,
 // fsynced, renamed over it, and the directory fsynced.
 func writeFileDurable(path string, b []byte) error {
@@ -335,7 +367,7 @@ func writeFileDurable(path string, b []byte) error {
 // startCluster starts the node's peer transport, which tells the other
 // nodes the URL of this node's HTTP listener, advertise (httpURL).
 func startCluster(c *clusterConfig, tick time.Duration, advertise string, logger *slog.Logger) (*clusterNode, *broker.Cluster, error) {
-	n := &clusterNode{cfg: c, url: advertise}
+	n := &clusterNode{cfg: c, url: advertise, log: logger}
 	peers := map[uint64]string{}
 	var ids []uint64
 	for id, addr := range c.nodes {

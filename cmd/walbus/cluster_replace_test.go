@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/walbus/walbus/admin"
+	"github.com/walbus/walbus/broker"
 )
 
 // TestClusterReplaceNode replaces a dead node as an operator would. Three
@@ -65,7 +66,9 @@ func TestClusterReplaceNode(t *testing.T) {
 		t.Fatalf("cluster add: exit %d\n%s\n%s\n%s", code, out, errOut, nodes[4].logs())
 	}
 	code, out, errOut = runWalbus(t, nil, "cluster", "remove", "--node-id", fmt.Sprint(dead), "--http", http, "--timeout", "60s")
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("orders: remove %d", dead)) {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("orders: remove %d", dead)) ||
+		!strings.Contains(out, fmt.Sprintf("%s: remove %d", broker.MetaEntity, dead)) ||
+		!strings.Contains(out, fmt.Sprintf("node %d is no longer a peer", dead)) {
 		t.Fatalf("cluster remove: exit %d\n%s\n%s", code, out, errOut)
 	}
 	// Done already: nothing to do, exit 0.
@@ -88,6 +91,11 @@ func TestClusterReplaceNode(t *testing.T) {
 		getJSON(t, "http://"+p.http+"/cluster", &st)
 		if len(st.Groups) != 2 {
 			t.Fatalf("node %d sees the groups %+v; want the metadata group's and the queue's", id, st.Groups)
+		}
+		// Node 4's address came from the metadata group to every node;
+		// the dead node's went.
+		if _, ok := st.Peers[uint64(dead)]; ok || st.Peers[4] != peers[4] {
+			t.Fatalf("node %d's peers: %v", id, st.Peers)
 		}
 		for _, g := range st.Groups {
 			if !slices.Equal(g.Voters, want) || len(g.Learners) > 0 {

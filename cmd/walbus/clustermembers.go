@@ -108,6 +108,7 @@ func (c *clusterChange) run() error {
 			what := "a voter of"
 			if !c.add {
 				what = "out of"
+				c.gone()
 			}
 			fmt.Fprintf(c.out, "node %d is %s every group\n", c.node, what)
 			return nil
@@ -117,6 +118,21 @@ func (c *clusterChange) run() error {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+}
+
+// gone has the metadata group record that the node removed left the
+// cluster, through the first node that takes it: every node then stops
+// sending to it.
+func (c *clusterChange) gone() {
+	for _, addr := range c.nodes {
+		err := c.post(addr, "peer", admin.PeerRequest{Node: c.node})
+		if err == nil {
+			fmt.Fprintf(c.out, "node %d is no longer a peer\n", c.node)
+			return
+		}
+		fmt.Fprintf(c.log, "node at %s did not record that node %d left: %v\n", addr, c.node, err)
+	}
+	fmt.Fprintf(c.log, "no node recorded that node %d left: the nodes go on trying to reach it (run the command again)\n", c.node)
 }
 
 // round looks at every node's view once, asks each group's leader for

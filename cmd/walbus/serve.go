@@ -413,6 +413,7 @@ func serve(args []string) int {
 			return 1
 		}
 		cluster.dir, brokerCluster.Join = o.data, o.cluster.join
+		brokerCluster.OnPeer = cluster.onPeer
 		brokerCluster.BalanceEvery = o.cluster.balance
 		if o.cluster.balance <= 0 {
 			brokerCluster.BalanceEvery = -1

@@ -71,6 +71,7 @@ var layouts = map[Type][]field{
 	EntityUpdated: {fName, fProps},
 	EntityDeleted: {fName},
 	ClockAdvanced: {fTTL},
+	NodeAddress:   {fName, fSource},
 
 	Enqueued:          {fQueue, fUntil, fMessageID, fSessionID, fMessage},
 	Scheduled:         {fQueue, fUntil, fTTL, fMessageID, fSessionID, fMessage},

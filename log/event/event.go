@@ -22,6 +22,11 @@ const (
 	// (a duration) ahead; the sum of these is how far it runs ahead of the
 	// real clock, after a restart too.
 	ClockAdvanced Type = 4
+	// NodeAddress: a cluster's node (Source, its id) listens for the
+	// other nodes at Name (host:port), or, when Name is "", left the
+	// cluster (walbus cluster add and remove). It is a record of the
+	// metadata group, so that a node down at the time learns it too.
+	NodeAddress Type = 5
 )
 
 // Event types of an entity log: the life of a message.
@@ -217,8 +222,8 @@ const FlagContinued uint8 = 1
 
 var typeNames = map[Type]string{
 	EntityCreated: "entity-created", EntityUpdated: "entity-updated", EntityDeleted: "entity-deleted",
-	ClockAdvanced: "clock-advanced",
-	Enqueued:      "enqueued", Scheduled: "scheduled", ScheduleCancelled: "schedule-cancelled", Activated: "activated",
+	ClockAdvanced: "clock-advanced", NodeAddress: "node-address",
+	Enqueued: "enqueued", Scheduled: "scheduled", ScheduleCancelled: "schedule-cancelled", Activated: "activated",
 	Forwarded: "forwarded", Restored: "restored", RestoredCopy: "restored-copy", Remembered: "remembered",
 	Published: "published", Copied: "copied",
 	SubscriptionCreated: "subscription-created", SubscriptionUpdated: "subscription-updated",
