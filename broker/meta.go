@@ -95,12 +95,12 @@ func (b *Broker) openMeta() (*namespace, error) {
 		time.Sleep(time.Millisecond)
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.failed != nil {
+	ns, failed := g.ns.clone(), g.failed
+	g.mu.Unlock()
+	if failed != nil {
 		m.Close()
-		return nil, g.failed
+		return nil, failed
 	}
-	ns := g.ns.clone()
 	g.tellPeers(ns)
 	return ns, nil
 }
