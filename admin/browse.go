@@ -48,7 +48,7 @@ type countsView struct {
 }
 
 // overview serves GET /$walbus/overview.
-func (a *API) overview(w http.ResponseWriter) {
+func (a *API) overview(w http.ResponseWriter, r *http.Request) {
 	views := []entityView{}
 	for _, e := range a.b.Entities() {
 		vs, err := entityViews(e)
@@ -56,12 +56,12 @@ func (a *API) overview(w http.ResponseWriter) {
 			continue // deleted meanwhile
 		}
 		if err != nil {
-			jsonError(w, statusOf(err), err.Error())
+			a.jsonBrokerError(w, r, err)
 			return
 		}
 		views = append(views, vs...)
 	}
-	answer(w, nil, map[string]any{
+	a.answer(w, r, nil, map[string]any{
 		"now":       a.b.Now().UTC().Format(time.RFC3339Nano),
 		"testClock": a.b.TestClock(),
 		"entities":  views,
@@ -191,7 +191,7 @@ func (a *API) browse(w http.ResponseWriter, r *http.Request, e *broker.Entity, q
 	for len(views) < max && scanned < browseScan {
 		ds, err := e.Peek(queue, next, min(max, browseMaxPage), "")
 		if err != nil {
-			jsonError(w, statusOf(err), err.Error())
+			a.jsonBrokerError(w, r, err)
 			return
 		}
 		if len(ds) == 0 {
@@ -216,7 +216,7 @@ func (a *API) browse(w http.ResponseWriter, r *http.Request, e *broker.Entity, q
 			}
 		}
 	}
-	answer(w, nil, map[string]any{"messages": views, "next": next})
+	a.answer(w, r, nil, map[string]any{"messages": views, "next": next})
 }
 
 // stateFilters choose the messages a page shows by their state.
@@ -510,7 +510,7 @@ func (a *API) sessions(w http.ResponseWriter, r *http.Request, e *broker.Entity,
 		}
 		views = append(views, v)
 	}
-	answer(w, err, map[string]any{"sessions": views})
+	a.answer(w, r, err, map[string]any{"sessions": views})
 }
 
 // audit serves GET /$walbus/audit/<path>?seq=N with the Audit function
@@ -531,5 +531,5 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request, e *broker.Entity) {
 		jsonError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	answer(w, nil, map[string]any{"lives": lives})
+	a.answer(w, r, nil, map[string]any{"lives": lives})
 }

@@ -129,7 +129,7 @@ func (a *API) token(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	expiry := a.now().Add(consoleTokenLife)
-	answer(w, nil, map[string]string{
+	a.answer(w, r, nil, map[string]string{
 		"token":     sas.Sign(base(r), key, expiry, sas.GoStyle),
 		"expiresAt": expiry.UTC().Format(time.RFC3339),
 	})

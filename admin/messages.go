@@ -29,6 +29,10 @@ import (
 //	     body {"sequenceNumbers": [...]} or nothing for all: {"redriven": n}
 //	POST /$walbus/purge/<queue or topic/Subscriptions/sub>[/$DeadLetterQueue]
 //	     {"purged": n}
+//
+// In a cluster, an operation another node leads is passed on to that
+// node, as the administration API's are (forward.go, jsonBrokerError);
+// reads come from this node's replica.
 
 // walbusRequest serves /$walbus/<op>/<path>.
 func (a *API) walbusRequest(w http.ResponseWriter, r *http.Request, op string, segs []string) {
@@ -43,7 +47,7 @@ func (a *API) walbusRequest(w http.ResponseWriter, r *http.Request, op string, s
 		return
 	}
 	if op == "overview" {
-		a.overview(w)
+		a.overview(w, r)
 		return
 	}
 	if len(segs) == 0 {
@@ -52,7 +56,7 @@ func (a *API) walbusRequest(w http.ResponseWriter, r *http.Request, op string, s
 	}
 	e, queue, err := a.b.Resolve(strings.Join(segs, "/"))
 	if err != nil {
-		jsonError(w, statusOf(err), err.Error())
+		a.jsonBrokerError(w, r, err)
 		return
 	}
 	switch op {
@@ -69,7 +73,7 @@ func (a *API) walbusRequest(w http.ResponseWriter, r *http.Request, op string, s
 		seqs, ok := readSeqs(w, r, false)
 		if ok {
 			n, err := cancel(e, queue, seqs)
-			answer(w, err, map[string]int{"cancelled": n})
+			a.answer(w, r, err, map[string]int{"cancelled": n})
 		}
 		return
 	}
@@ -88,11 +92,11 @@ func (a *API) walbusRequest(w http.ResponseWriter, r *http.Request, op string, s
 		seqs, ok := readSeqs(w, r, true)
 		if ok {
 			n, err := redrive(e, queue, seqs)
-			answer(w, err, map[string]int{"redriven": n})
+			a.answer(w, r, err, map[string]int{"redriven": n})
 		}
 	case "purge":
 		n, err := purge(e, queue)
-		answer(w, err, map[string]int{"purged": n})
+		a.answer(w, r, err, map[string]int{"purged": n})
 	default:
 		jsonError(w, http.StatusNotFound, fmt.Sprintf("no operation %s for %s", op, r.URL.Path))
 	}
@@ -153,13 +157,31 @@ func batches(once bool, op func(done func(int, error))) (int, error) {
 	}
 }
 
-func answer(w http.ResponseWriter, err error, v any) {
+// answer answers v as JSON, or, when err is not nil, answers err as
+// jsonBrokerError does.
+func (a *API) answer(w http.ResponseWriter, r *http.Request, err error, v any) {
 	if err != nil {
-		jsonError(w, statusOf(err), err.Error())
+		a.jsonBrokerError(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(v)
+}
+
+// jsonBrokerError answers a JSON request whose operation the broker
+// refused with err, as brokerError does the administration API's: passed
+// on to the node that leads the group when it is known (forward.go), else
+// with err's status; a 503 comes with Retry-After.
+func (a *API) jsonBrokerError(w http.ResponseWriter, r *http.Request, err error) {
+	if node, ok := a.forwardTo(r, err); ok {
+		a.forward(w, r, node, err)
+		return
+	}
+	status := statusOf(err)
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	jsonError(w, status, err.Error())
 }
 
 func jsonError(w http.ResponseWriter, status int, msg string) {
@@ -171,6 +193,8 @@ func jsonError(w http.ResponseWriter, status int, msg string) {
 // statusOf is the HTTP status of a broker error.
 func statusOf(err error) int {
 	switch {
+	case errors.Is(err, broker.ErrNotLeader):
+		return http.StatusServiceUnavailable
 	case errors.Is(err, broker.ErrEntityNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, projection.ErrInvalid), errors.Is(err, projection.ErrNotAllowed), errors.Is(err, errBadAdvance):

@@ -127,7 +127,9 @@ func propertyValue(v any) (any, error) {
 }
 
 // send serves POST /$walbus/send/<queue or topic>: the message goes the
-// way a client's does (checked, logged, durable before the answer).
+// way a client's does (checked, logged, durable before the answer). A
+// request over maxBody bytes cannot be passed on (replayBody): on a node
+// that does not lead the entity it is refused with 503.
 func (a *API) send(w http.ResponseWriter, r *http.Request, e *broker.Entity, queue uint32) {
 	if queue != event.MainQueue || e.QueuePath(queue) != e.Name() {
 		jsonError(w, http.StatusBadRequest, "messages are sent to a queue or a topic, not to "+e.QueuePath(queue))
@@ -155,19 +157,19 @@ func (a *API) send(w http.ResponseWriter, r *http.Request, e *broker.Entity, que
 			err = fmt.Errorf("%w: scheduled %d messages", projection.ErrInvalid, len(seqs))
 		}
 		if err != nil {
-			jsonError(w, statusOf(err), err.Error())
+			a.jsonBrokerError(w, r, err)
 			return
 		}
-		answer(w, nil, map[string]any{"sequenceNumber": seqs[0], "messageId": m.MessageID})
+		a.answer(w, r, nil, map[string]any{"sequenceNumber": seqs[0], "messageId": m.MessageID})
 		return
 	}
 	done := make(chan error, 1)
 	e.Send(queue, []broker.Message{m}, func(err error) { done <- err })
 	if err := <-done; err != nil {
-		jsonError(w, statusOf(err), err.Error())
+		a.jsonBrokerError(w, r, err)
 		return
 	}
-	answer(w, nil, map[string]any{"sent": 1, "messageId": m.MessageID})
+	a.answer(w, r, nil, map[string]any{"sent": 1, "messageId": m.MessageID})
 }
 
 // call2 waits for an operation that answers with a value.

@@ -60,7 +60,7 @@ func (a *API) testClock(w http.ResponseWriter, r *http.Request) {
 			err = a.b.AdvanceClock(d)
 		}
 		if err != nil {
-			jsonError(w, statusOf(err), err.Error())
+			a.jsonBrokerError(w, r, err)
 			return
 		}
 		a.logger.Info("test clock advanced", "by", d, "now", a.b.Now())
