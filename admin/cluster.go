@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/walbus/walbus/broker"
 	"github.com/walbus/walbus/broker/replica"
@@ -35,7 +36,9 @@ type ClusterHealth struct {
 	Leading   []string `json:"leading"`
 	Following []string `json:"following"`
 	// Namespace is the node's role in the metadata group: "leader",
-	// "follower", or "" when its member knows no leader.
+	// "follower", "learner" (added, not yet a voter), "joining" (started
+	// with --join, not yet added), "removed" (out of the group), or ""
+	// when its member knows no leader.
 	Namespace string `json:"namespace,omitempty"`
 }
 
@@ -47,12 +50,7 @@ func NewClusterHealth(st ClusterStatus) ClusterHealth {
 	groups := 0
 	for _, g := range st.Groups {
 		if g.Entity == broker.MetaEntity {
-			switch {
-			case g.Serving:
-				h.Namespace = "leader"
-			case g.Leader != 0:
-				h.Namespace = "follower"
-			}
+			h.Namespace = namespaceRole(st.Node, g)
 			continue
 		}
 		groups++
@@ -73,6 +71,23 @@ func NewClusterHealth(st ClusterStatus) ClusterHealth {
 		h.Role = "mixed"
 	}
 	return h
+}
+
+// namespaceRole is node's role in the metadata group g.
+func namespaceRole(node uint64, g broker.GroupStatus) string {
+	switch {
+	case len(g.Voters) == 0 && len(g.Learners) == 0:
+		return "joining"
+	case slices.Contains(g.Learners, node):
+		return "learner"
+	case !slices.Contains(g.Voters, node):
+		return "removed"
+	case g.Serving:
+		return "leader"
+	case g.Leader != 0:
+		return "follower"
+	}
+	return ""
 }
 
 // SetCluster makes the node a cluster's: f tells its status, which

@@ -153,3 +153,22 @@ func TestRaftMetrics(t *testing.T) {
 		}
 	}
 }
+
+// A node's role in the metadata group, from its member's view of it.
+func TestNamespaceRole(t *testing.T) {
+	for _, c := range []struct {
+		g    broker.GroupStatus
+		want string
+	}{
+		{broker.GroupStatus{}, "joining"},
+		{broker.GroupStatus{Status: replica.Status{Voters: []uint64{1, 2, 3}, Learners: []uint64{4}}}, "learner"},
+		{broker.GroupStatus{Status: replica.Status{Voters: []uint64{1, 2, 3}, Leader: 1}}, "removed"},
+		{broker.GroupStatus{Status: replica.Status{Voters: []uint64{1, 2, 4}, Leader: 4, Serving: true}}, "leader"},
+		{broker.GroupStatus{Status: replica.Status{Voters: []uint64{1, 2, 4}, Leader: 1}}, "follower"},
+		{broker.GroupStatus{Status: replica.Status{Voters: []uint64{1, 2, 4}}}, ""},
+	} {
+		if got := namespaceRole(4, c.g); got != c.want {
+			t.Errorf("node 4 in %+v: %q, want %q", c.g.Status, got, c.want)
+		}
+	}
+}

@@ -16,6 +16,7 @@ type Health struct {
 	ready    atomic.Bool
 	stopping atomic.Bool
 	entities atomic.Int64
+	count    atomic.Pointer[func() int]
 	degraded atomic.Pointer[func() string]
 	cluster  atomic.Pointer[func() ClusterStatus]
 }
@@ -24,6 +25,10 @@ type Health struct {
 // part (a low disk): a reason that is not "" makes the status "degraded",
 // still 200, with the reason beside it.
 func (h *Health) SetDegraded(reason func() string) { h.degraded.Store(&reason) }
+
+// SetEntities makes /health say count(), the entities the broker holds
+// now, rather than those it was ready with.
+func (h *Health) SetEntities(count func() int) { h.count.Store(&count) }
 
 // Ready marks the broker ready to serve n entities.
 func (h *Health) Ready(entities int) {
@@ -56,12 +61,16 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c := NewClusterHealth((*f)())
 		cluster = &c
 	}
+	entities := h.entities.Load()
+	if f := h.count.Load(); f != nil && h.ready.Load() {
+		entities = int64((*f)())
+	}
 	json.NewEncoder(w).Encode(struct {
 		Status   string         `json:"status"`
 		Reason   string         `json:"reason,omitempty"`
 		Entities int64          `json:"entities"`
 		Cluster  *ClusterHealth `json:"cluster,omitempty"`
-	}{status, reason, h.entities.Load(), cluster})
+	}{status, reason, entities, cluster})
 }
 
 // Handler serves /health, /metrics and /cluster, and everything else

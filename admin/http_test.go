@@ -31,6 +31,11 @@ func TestHealthStates(t *testing.T) {
 	if code, body := get(); code != 200 || !strings.Contains(body, `"ok"`) || !strings.Contains(body, `"entities":3`) {
 		t.Fatalf("ready: %d %s", code, body)
 	}
+	held := 5 // entities made since, through the API or the metadata group
+	h.SetEntities(func() int { return held })
+	if _, body := get(); !strings.Contains(body, `"entities":5`) {
+		t.Fatalf("with entities counted: %s", body)
+	}
 	var reason atomic.Value
 	reason.Store("disk low: new messages are refused")
 	h.SetDegraded(func() string { return reason.Load().(string) })

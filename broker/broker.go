@@ -576,6 +576,13 @@ func (b *Broker) Entity(name string) (*Entity, error) {
 	return nil, fmt.Errorf("%w: %s", ErrEntityNotFound, name)
 }
 
+// EntityCount is how many entities the broker holds.
+func (b *Broker) EntityCount() int {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return len(b.entities)
+}
+
 // Entities returns every entity, ordered by name.
 func (b *Broker) Entities() []*Entity {
 	b.mu.RLock()

@@ -60,6 +60,9 @@ func TestClusterReplaceNode(t *testing.T) {
 	}
 	http := strings.Join(https, ",")
 
+	if h, err := healthOf(nodes[4]); err != nil || h.Cluster == nil || h.Cluster.Namespace != "joining" {
+		t.Fatalf("node 4's health before it is added: %+v %v", h.Cluster, err)
+	}
 	code, out, errOut := runWalbus(t, nil, "cluster", "add", "--node-id", "4", "--peer", peers[4], "--http", http,
 		"--timeout", "60s")
 	if code != 0 || !strings.Contains(out, "orders: add-learner 4") || !strings.Contains(out, "orders: promote 4") {

@@ -506,6 +506,7 @@ func serve(args []string) int {
 		go httpSrv.Serve(sp.HTTP())
 	}
 	splits = append(splits, more...)
+	health.SetEntities(b.EntityCount) // a cluster's, and the API's, come and go
 	health.Ready(len(b.Entities()))
 	tuneProcs(ctx, o.procs, logger)
 	if o.idleCheckpoint > 0 {
