@@ -221,6 +221,18 @@ func (e *Entity) Leading() bool {
 	return ok
 }
 
+// LeaderNode says whether this node leads the entity and serves it, and
+// when not, the node that leads it as this node last heard (0: none
+// known). A single node always leads. It does not wait for the actor.
+func (e *Entity) LeaderNode() (leading bool, leader uint64) {
+	l, ok := (*e.logRef.Load()).(memberLog)
+	if !ok {
+		return true, 0
+	}
+	leading, _ = l.Member.Leading()
+	return leading, l.Leader()
+}
+
 // raftState is what an entity's actor knows of its group member.
 type raftState struct {
 	gen     uint64 // which member the inbox's items came from
