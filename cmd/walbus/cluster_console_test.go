@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/base64"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,13 +20,7 @@ import (
 // the metadata group's to create; the subscription and its rule, the
 // topic's leader's.
 func TestClusterReadsItsWrites(t *testing.T) {
-	certs := t.TempDir()
-	if code, _, errOut := runWalbus(t, nil, "cert", "--out", certs); code != 0 {
-		t.Fatalf("walbus cert: %d %s", code, errOut)
-	}
-	t.Setenv("SSL_CERT_FILE", filepath.Join(certs, "ca.pem")) // the nodes pass requests on over HTTPS
-	nodes := startThree(t, "readback", ordersConfig(t, ""), "--raft-tick", "50ms", "--leader-balance", "0",
-		"--tls-cert", filepath.Join(certs, "server.pem"), "--tls-key", filepath.Join(certs, "server-key.pem"))
+	nodes, certs := startThreeTLS(t, "readback", "--raft-tick", "50ms", "--leader-balance", "0")
 	leaderNode(t, nodes, 0) // the file's queue exists and is led
 	meta := metaLeader(t, nodes, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -86,13 +79,7 @@ func TestClusterReadsItsWrites(t *testing.T) {
 // answer comes, and a purge through that node removes it there; a
 // message too large to be passed on is refused with 503.
 func TestClusterForwardsConsole(t *testing.T) {
-	certs := t.TempDir()
-	if code, _, errOut := runWalbus(t, nil, "cert", "--out", certs); code != 0 {
-		t.Fatalf("walbus cert: %d %s", code, errOut)
-	}
-	t.Setenv("SSL_CERT_FILE", filepath.Join(certs, "ca.pem"))
-	nodes := startThree(t, "console", ordersConfig(t, ""), "--raft-tick", "50ms", "--leader-balance", "0",
-		"--tls-cert", filepath.Join(certs, "server.pem"), "--tls-key", filepath.Join(certs, "server-key.pem"))
+	nodes, _ := startThreeTLS(t, "console", "--raft-tick", "50ms", "--leader-balance", "0")
 	leader := leaderNode(t, nodes, 0)
 	follower := nodes[leader%3+1]
 	token := sas.Sign("sb://"+follower.http+"/", sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE"},

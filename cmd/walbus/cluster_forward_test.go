@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,16 +21,8 @@ import (
 // A request another node passed on already is not passed on again: the
 // follower answers it 503 with Retry-After.
 func TestClusterForwardsAdmin(t *testing.T) {
-	certs := t.TempDir()
-	if code, _, errOut := runWalbus(t, nil, "cert", "--out", certs); code != 0 {
-		t.Fatalf("walbus cert: %d %s", code, errOut)
-	}
-	// The nodes trust the authority as the SDKs do, for the requests
-	// they pass on to each other.
-	t.Setenv("SSL_CERT_FILE", filepath.Join(certs, "ca.pem"))
 	// No leader balancing: the queue's leader stays where it was found.
-	nodes := startThree(t, "forward", ordersConfig(t, ""), "--raft-tick", "50ms", "--leader-balance", "0",
-		"--tls-cert", filepath.Join(certs, "server.pem"), "--tls-key", filepath.Join(certs, "server-key.pem"))
+	nodes, certs := startThreeTLS(t, "forward", "--raft-tick", "50ms", "--leader-balance", "0")
 	leader := leaderNode(t, nodes, 0)
 	follower := leader%3 + 1
 

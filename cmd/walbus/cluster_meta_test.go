@@ -28,13 +28,7 @@ import (
 // through another node and goes from every node. A node killed while a
 // queue is created has it once it is back.
 func TestClusterMetadataProcesses(t *testing.T) {
-	certs := t.TempDir()
-	if code, _, errOut := runWalbus(t, nil, "cert", "--out", certs); code != 0 {
-		t.Fatalf("walbus cert: %d %s", code, errOut)
-	}
-	t.Setenv("SSL_CERT_FILE", filepath.Join(certs, "ca.pem")) // the nodes pass requests on over HTTPS
-	nodes := startThree(t, "meta", ordersConfig(t, ""), "--raft-tick", "50ms",
-		"--tls-cert", filepath.Join(certs, "server.pem"), "--tls-key", filepath.Join(certs, "server-key.pem"))
+	nodes, certs := startThreeTLS(t, "meta", "--raft-tick", "50ms")
 	leaderNode(t, nodes, 0) // the file's queue exists and is led
 	meta := metaLeader(t, nodes, 0)
 	a, b := meta%3+1, (meta+1)%3+1 // the two others
@@ -114,6 +108,21 @@ func TestClusterMetadataProcesses(t *testing.T) {
 		q, err := client(down).GetQueue(ctx, "late", nil)
 		return err == nil && q != nil
 	})
+}
+
+// startThreeTLS is startThree with a certificate of walbus cert on every
+// listener (the Go SDK's administration client speaks only HTTPS), which
+// the nodes trust, as the SDKs do, for the requests they pass on to each
+// other. It returns the nodes and the certificates' directory.
+func startThreeTLS(t *testing.T, name string, args ...string) (map[int]*proc, string) {
+	t.Helper()
+	certs := t.TempDir()
+	if code, _, errOut := runWalbus(t, nil, "cert", "--out", certs); code != 0 {
+		t.Fatalf("walbus cert: %d %s", code, errOut)
+	}
+	t.Setenv("SSL_CERT_FILE", filepath.Join(certs, "ca.pem"))
+	args = append(args, "--tls-cert", filepath.Join(certs, "server.pem"), "--tls-key", filepath.Join(certs, "server-key.pem"))
+	return startThree(t, name, ordersConfig(t, ""), args...), certs
 }
 
 // metaLeader waits for a node other than not whose /health says it leads
