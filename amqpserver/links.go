@@ -1,6 +1,7 @@
 package amqpserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -59,6 +60,10 @@ func (cs *connState) attachSender(l *transport.Link, address string) {
 	}
 	if ferr := cs.authorize(l, address, sas.Send); ferr != nil {
 		l.Refuse(ferr)
+		return
+	}
+	if !cs.servedHere(e) {
+		cs.passOn(l, e, func(ctx context.Context, node uint64) error { return cs.relaySend(ctx, l, node, address, nil) })
 		return
 	}
 	cfg, err := e.Config()
@@ -151,6 +156,10 @@ func (cs *connState) attachReceiver(l *transport.Link, address string) {
 	}
 	if ferr := cs.authorize(l, address, sas.Listen); ferr != nil {
 		l.Refuse(ferr)
+		return
+	}
+	if !cs.servedHere(e) {
+		cs.passOn(l, e, func(ctx context.Context, node uint64) error { return cs.relayReceive(ctx, l, node, address) })
 		return
 	}
 	a := l.PeerAttach()

@@ -84,9 +84,16 @@ const requestEnvelope = 1 << 10
 type requestLink struct {
 	cs   *connState
 	mgmt *mgmtTarget // nil for $cbs
+	// relay passes requests on to the entity's leader when another node
+	// leads it; nil until one is. Only the connection's reader uses it.
+	relay *mgmtRelay
 }
 
-func (rl *requestLink) Detached(*transport.Link, *frames.Error) {}
+func (rl *requestLink) Detached(*transport.Link, *frames.Error) {
+	if rl.relay != nil {
+		rl.relay.end()
+	}
+}
 
 func (rl *requestLink) Deliver(d transport.Delivery) {
 	req, err := parseRequest(d.Payload) // copies what it keeps
@@ -129,11 +136,36 @@ func (rl *requestLink) Deliver(d transport.Delivery) {
 			return
 		}
 	}
+	if node, ferr := rl.cs.route(rl.mgmt.e); node != 0 || ferr != nil {
+		switch {
+		case ferr != nil:
+			reply(rpcResponse{status: 503, condition: string(ferr.Condition), description: ferr.Description})
+		case inTxn:
+			reply(rpcResponse{status: 501, condition: condNotImplemented, description: notPassedOn(node).Description})
+		default:
+			rl.relayRequest(node, d, &req)
+		}
+		return
+	}
 	if inTxn {
 		rl.cs.txnRequest(rl.mgmt, ts.TxnID, &req, reply)
 		return
 	}
 	rl.mgmt.handle(&req, reply)
+}
+
+// relayRequest sends a request on to node, which leads the entity,
+// through the link's relay there, made anew if it went to another node or
+// failed.
+func (rl *requestLink) relayRequest(node uint64, d transport.Delivery, req *rpcRequest) {
+	if rl.relay == nil || rl.relay.node != node || rl.relay.broken() {
+		if rl.relay != nil {
+			rl.relay.end()
+		}
+		rl.relay = newMgmtRelay(rl.cs, node, rl.mgmt.path)
+	}
+	mr, payload, r := rl.relay, bytes.Clone(d.Payload), *req
+	mr.order.do(func() { mr.pass(d.Link, &r, payload) })
 }
 
 // opRights is the right a management operation needs.
@@ -154,8 +186,16 @@ func (cs *connState) respond(requestLink *transport.Link, req *rpcRequest, resp 
 		cs.s.logger.Error("cannot encode a response", "err", err)
 		return
 	}
+	if rl := cs.replyLinkFor(requestLink, req.replyTo); rl != nil {
+		rl.send(payload)
+	}
+}
+
+// replyLinkFor is the reply link a request names in replyTo (respond), or
+// nil, logged.
+func (cs *connState) replyLinkFor(requestLink *transport.Link, replyTo string) *replyLink {
 	cs.mu.Lock()
-	rl := cs.replies[req.replyTo]
+	rl := cs.replies[replyTo]
 	if rl == nil {
 		for _, r := range cs.replies {
 			if r.l.Session() == requestLink.Session() && sameNode(r.l, requestLink) {
@@ -166,10 +206,9 @@ func (cs *connState) respond(requestLink *transport.Link, req *rpcRequest, resp 
 	}
 	cs.mu.Unlock()
 	if rl == nil {
-		cs.s.logger.Warn("no reply link for a response", "reply_to", req.replyTo)
-		return
+		cs.s.logger.Warn("no reply link for a response", "reply_to", replyTo)
 	}
-	rl.send(payload)
+	return rl
 }
 
 func sameNode(reply, request *transport.Link) bool {

@@ -43,6 +43,17 @@ type Config struct {
 	Logger     *slog.Logger
 	// Now is the clock tokens are checked against; default time.Now.
 	Now func() time.Time
+	// Leader, in a cluster, is the AMQP address ("amqp://host:port", or
+	// amqps) of node, to which the links and $management requests for the
+	// entities it leads are passed on (relay.go); false for this node and
+	// for a node whose address is not known. It is called from any
+	// goroutine. Nil on a single node: every entity is served here.
+	Leader func(node uint64) (addr string, ok bool)
+	// RelayKey is the key the connections to the leaders authenticate
+	// with (SASL PLAIN): one with Manage rights, since this node has
+	// authorized the client's link before passing it on. Needed with
+	// Leader.
+	RelayKey sas.Key
 }
 
 // Server serves the Service Bus AMQP surface of a broker.
@@ -51,6 +62,7 @@ type Server struct {
 	cfg    Config
 	engine *transport.Server
 	logger *slog.Logger
+	relays *relays // nil on a single node
 
 	opsMu sync.Mutex
 	ops   map[string]uint64 // $management requests by operation
@@ -102,6 +114,9 @@ func New(b *broker.Broker, cfg Config) *Server {
 		cfg.Transport.Logger = cfg.Logger
 	}
 	s := &Server{b: b, cfg: cfg, logger: cfg.Logger}
+	if cfg.Leader != nil {
+		s.relays = newRelays(cfg.Leader, cfg.RelayKey)
+	}
 	s.engine = transport.NewServer(cfg.Transport, s)
 	return s
 }
@@ -112,8 +127,15 @@ func (s *Server) Serve(l net.Listener) error { return s.engine.Serve(l) }
 // ServeConn serves one connection (a TLS connection, say) until it ends.
 func (s *Server) ServeConn(c net.Conn) error { return s.engine.ServeConn(c) }
 
-// Shutdown closes every connection with amqp:connection:forced.
-func (s *Server) Shutdown(ctx context.Context) error { return s.engine.Shutdown(ctx) }
+// Shutdown closes every connection with amqp:connection:forced, and those
+// to the leaders of entities passed on.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.engine.Shutdown(ctx)
+	if s.relays != nil {
+		s.relays.close()
+	}
+	return err
+}
 
 // Authenticate accepts ANONYMOUS and MSSBCBS (the client authorises later
 // through $cbs) and PLAIN with a configured key name and key, which
@@ -136,6 +158,9 @@ func (s *Server) Authenticate(info transport.ConnInfo, cred transport.Credential
 func (s *Server) ConnectionOpened(c *transport.Conn) *frames.Error {
 	cs := state(c)
 	cs.conn = c
+	if _, found := c.PeerOpen().Properties.Get(relayedProp); found {
+		cs.relayed = true // another node passes links on (relay.go)
+	}
 	s.conns.Add(1)
 	s.logger.Info("connection opened", "conn", c.ID(), "peer", c.Info().Peer())
 	if cs.claims.any(s.cfg.Now()) {
@@ -195,10 +220,12 @@ type connState struct {
 	conn      *transport.Conn
 	claims    claims
 	authTimer *time.Timer
+	relayed   bool // the connection is another node's, passing links on
 
 	mu        sync.Mutex
 	replies   map[string]*replyLink    // by target address and by link name
 	receivers map[string]*receiverLink // by link name
+	passedOn  map[string]string        // receive links passed on: their names at the leader, by name
 	guarded   map[*transport.Link]guard
 	expiry    *time.Timer
 	txns      txnTable

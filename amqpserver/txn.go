@@ -2,6 +2,7 @@ package amqpserver
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -460,6 +461,12 @@ func (cs *connState) attachViaSender(l *transport.Link, address string, prop any
 	}
 	if ferr := cs.authorize(l, address, sas.Send); ferr != nil {
 		l.Refuse(ferr)
+		return
+	}
+	if !cs.servedHere(e) {
+		cs.passOn(l, e, func(ctx context.Context, node uint64) error {
+			return cs.relaySend(ctx, l, node, address, map[string]any{transferDestinationProp: to})
+		})
 		return
 	}
 	if err := e.CheckVia(dst.Name()); err != nil {

@@ -195,12 +195,68 @@ func (c *clusterConfig) httpURL(httpFlag, bound string, withTLS bool) string {
 	if withTLS {
 		scheme = "https"
 	}
-	host, _, _ := net.SplitHostPort(httpFlag)
+	return c.listenerURL(scheme, httpFlag, bound)
+}
+
+// amqpURL is the address this node advertises to the others for its AMQP
+// listener, where they pass on the links to the entities it leads: amqps
+// when walbus has a certificate (the others must trust it, as for
+// httpURL), else amqp; the host and port as httpURL takes them, from
+// amqpFlag (--amqp) and the address it bound ("" for none: then the node
+// advertises none).
+func (c *clusterConfig) amqpURL(amqpFlag, bound string, withTLS bool) string {
+	if bound == "" {
+		return ""
+	}
+	scheme := "amqp"
+	if withTLS {
+		scheme = "amqps"
+	}
+	return c.listenerURL(scheme, amqpFlag, bound)
+}
+
+// listenerURL is scheme://host:port for a listener of this node: the host
+// of flag, the address the listener was asked for, if it names one, else
+// the host of this node's peer address (where the others reach it); the
+// port the listener bound.
+func (c *clusterConfig) listenerURL(scheme, flag, bound string) string {
+	host, _, _ := net.SplitHostPort(flag)
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 		host, _, _ = net.SplitHostPort(c.nodes[c.node])
 	}
 	_, port, _ := net.SplitHostPort(bound)
 	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
+// advertised is what a node tells the others of itself in its peer hello:
+// the URLs of its HTTP and AMQP listeners, "" for none.
+type advertised struct {
+	HTTP string `json:"http,omitempty"`
+	AMQP string `json:"amqp,omitempty"`
+}
+
+// encode is a as the hello carries it: a JSON object of at most
+// peer.MaxAdvertise bytes.
+func (a advertised) encode() (string, error) {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return "", err
+	}
+	if len(b) > peer.MaxAdvertise {
+		return "", fmt.Errorf("the URLs this node advertises take %d bytes, the most is %d: shorten --advertise-http", len(b), peer.MaxAdvertise)
+	}
+	return string(b), nil
+}
+
+// parseAdvertised reads what a node advertised: the JSON object, or the
+// URL of its HTTP listener alone, as nodes advertised it before the AMQP
+// proxy.
+func parseAdvertised(s string) advertised {
+	var a advertised
+	if strings.HasPrefix(s, "{") && json.Unmarshal([]byte(s), &a) == nil {
+		return a
+	}
+	return advertised{HTTP: s}
 }
 
 func btoi(b bool) int {
@@ -264,8 +320,8 @@ func (c *clusterConfig) learn(dir string, logger *slog.Logger) error {
 // (Raft sends again).
 type clusterNode struct {
 	cfg       *clusterConfig
-	dir       string // the data directory
-	url       string // the URL of this node's HTTP listener, as it advertises it ("" for none)
+	dir       string     // the data directory
+	self      advertised // what this node advertises of its listeners
 	log       *slog.Logger
 	transport *peer.Transport
 	broker    atomic.Pointer[broker.Broker]
@@ -365,9 +421,13 @@ func writeFileDurable(path string, b []byte) error {
 }
 
 // startCluster starts the node's peer transport, which tells the other
-// nodes the URL of this node's HTTP listener, advertise (httpURL).
-func startCluster(c *clusterConfig, tick time.Duration, advertise string, logger *slog.Logger) (*clusterNode, *broker.Cluster, error) {
-	n := &clusterNode{cfg: c, url: advertise, log: logger}
+// nodes the URLs of this node's listeners, self (httpURL, amqpURL).
+func startCluster(c *clusterConfig, tick time.Duration, self advertised, logger *slog.Logger) (*clusterNode, *broker.Cluster, error) {
+	advertise, err := self.encode()
+	if err != nil {
+		return nil, nil, err
+	}
+	n := &clusterNode{cfg: c, self: self, log: logger}
 	peers := map[uint64]string{}
 	var ids []uint64
 	for id, addr := range c.nodes {
@@ -409,11 +469,24 @@ func startCluster(c *clusterConfig, tick time.Duration, advertise string, logger
 // advertised none, or not yet connected. It is safe to call from any
 // goroutine.
 func (n *clusterNode) nodeURL(id uint64) (string, bool) {
-	u := n.url
+	u := n.self.HTTP
 	if id != n.cfg.node {
-		u = n.transport.Advertised(id)
+		u = parseAdvertised(n.transport.Advertised(id)).HTTP
 	}
 	return u, u != ""
+}
+
+// amqpAddr is the address of node id's AMQP listener, as that node
+// advertised it: where this node passes on the links and $management
+// requests for the entities id leads (amqpserver.Config.Leader). It is
+// false for this node, and for one that has advertised none or not yet
+// connected. It is safe to call from any goroutine.
+func (n *clusterNode) amqpAddr(id uint64) (string, bool) {
+	if id == n.cfg.node {
+		return "", false
+	}
+	a := parseAdvertised(n.transport.Advertised(id)).AMQP
+	return a, a != ""
 }
 
 // status is the node as GET /cluster shows it, b's groups included.

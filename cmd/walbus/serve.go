@@ -273,9 +273,9 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// loadKeys assembles the SAS keys: the default (unless refused), the keys
-// file and --key flags.
-func loadKeys(o *serveOptions) (sas.Keys, error) {
+// loadKeys assembles the SAS keys, in this order: the default (unless
+// refused), the keys file and --key flags.
+func loadKeys(o *serveOptions) ([]sas.Key, error) {
 	var all []sas.Key
 	if !o.noDefaultKey {
 		all = append(all, sas.Key{Name: defaultKeyName, Value: defaultKey, Rights: sas.Manage})
@@ -283,25 +283,37 @@ func loadKeys(o *serveOptions) (sas.Keys, error) {
 	if o.keysFile != "" {
 		b, err := os.ReadFile(o.keysFile)
 		if err != nil {
-			return sas.Keys{}, err
+			return nil, err
 		}
 		var entries []struct{ Name, Key, Rights string }
 		if err := json.Unmarshal(b, &entries); err != nil {
-			return sas.Keys{}, fmt.Errorf("%s: %w", o.keysFile, err)
+			return nil, fmt.Errorf("%s: %w", o.keysFile, err)
 		}
 		for _, en := range entries {
 			rights, err := sas.ParseRights(en.Rights)
 			if err != nil {
-				return sas.Keys{}, fmt.Errorf("%s: key %q: %w", o.keysFile, en.Name, err)
+				return nil, fmt.Errorf("%s: key %q: %w", o.keysFile, en.Name, err)
 			}
 			all = append(all, sas.Key{Name: en.Name, Value: en.Key, Rights: rights})
 		}
 	}
 	all = append(all, o.keys...)
 	if len(all) == 0 {
-		return sas.Keys{}, errors.New("no keys: give --key or --keys, or allow the default key")
+		return nil, errors.New("no keys: give --key or --keys, or allow the default key")
 	}
-	return sas.NewKeys(all...)
+	return all, nil
+}
+
+// relayKey is the key a cluster's node passes links on to an entity's
+// leader with (amqpserver.Config.RelayKey): the first of keys that has
+// Manage rights, as every node is given the same keys.
+func relayKey(keys []sas.Key) (sas.Key, bool) {
+	for _, k := range keys {
+		if k.Rights.Has(sas.Manage) {
+			return k, true
+		}
+	}
+	return sas.Key{}, false
 }
 
 func isLoopback(addr string) bool {
@@ -336,7 +348,11 @@ func serve(args []string) int {
 		handler = slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})
 	}
 	logger := slog.New(handler)
-	keys, err := loadKeys(o)
+	keyList, err := loadKeys(o)
+	var keys sas.Keys
+	if err == nil {
+		keys, err = sas.NewKeys(keyList...)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "walbus serve:", err)
 		return 2
@@ -396,6 +412,17 @@ func serve(args []string) int {
 		logger.Info("listening", "http", ln.Addr().String())
 	}
 
+	// The AMQP listeners are bound before the cluster starts, which
+	// advertises the address they took; they are served once the broker
+	// is open.
+	httpSplits := splits // the HTTP listener serves AMQP too
+	more, err := listenAMQP(o, tlsCfg, adm, logger)
+	if err != nil {
+		logger.Error("cannot listen for AMQP", "err", err)
+		return 1
+	}
+	splits = append(splits, more...)
+
 	var cluster *clusterNode
 	var brokerCluster *broker.Cluster
 	if o.cluster.on() {
@@ -408,7 +435,11 @@ func serve(args []string) int {
 			logger.Error("cannot read the nodes added to the cluster", "err", err)
 			return 1
 		}
-		if cluster, brokerCluster, err = startCluster(cfg, o.cluster.tick, cfg.httpURL(o.httpAddr, httpBound, tlsCfg != nil), logger); err != nil {
+		self := advertised{HTTP: cfg.httpURL(o.httpAddr, httpBound, tlsCfg != nil)}
+		if len(more) > 0 { // --amqp's, or else --amqps's
+			self.AMQP = cfg.amqpURL(cmp.Or(o.amqpAddr, o.amqpsAddr), more[0].AMQP().Addr().String(), tlsCfg != nil)
+		}
+		if cluster, brokerCluster, err = startCluster(cfg, o.cluster.tick, self, logger); err != nil {
 			logger.Error("cannot start the cluster's transport", "err", err)
 			return 1
 		}
@@ -477,8 +508,16 @@ func serve(args []string) int {
 		}
 	}
 
-	srv := amqpserver.New(b, amqpserver.Config{Keys: keys, Logger: logger, AuthTimeout: o.authTimeout,
-		SessionWait: o.sessionWait, Transport: withNoSASL(o.limits)})
+	amqpCfg := amqpserver.Config{Keys: keys, Logger: logger, AuthTimeout: o.authTimeout,
+		SessionWait: o.sessionWait, Transport: withNoSASL(o.limits)}
+	if cluster != nil {
+		if key, ok := relayKey(keyList); ok {
+			amqpCfg.Leader, amqpCfg.RelayKey = cluster.amqpAddr, key
+		} else {
+			logger.Warn("no key has Manage rights: AMQP clients must connect to the node that leads their entity")
+		}
+	}
+	srv := amqpserver.New(b, amqpCfg)
 	metrics.SetConnections(srv.Stats)
 	adminAPI := admin.NewAPI(b, keys, int(o.limits.MaxMessageSize), logger)
 	if cluster != nil {
@@ -492,20 +531,13 @@ func serve(args []string) int {
 	}
 	api.Set(adminAPI)
 	ws.Set(transport.WebSocketHandler(srv.ServeConn, logger))
-	for _, sp := range splits {
+	for _, sp := range httpSplits {
 		go srv.Serve(sp.AMQP()) // AMQP on the HTTP listener
-	}
-	more, err := listenAMQP(o, tlsCfg, adm, logger)
-	if err != nil {
-		logger.Error("cannot listen for AMQP", "err", err)
-		b.Close()
-		return 1
 	}
 	for _, sp := range more {
 		go srv.Serve(sp.AMQP())
 		go httpSrv.Serve(sp.HTTP())
 	}
-	splits = append(splits, more...)
 	health.SetEntities(b.EntityCount) // a cluster's, and the API's, come and go
 	health.Ready(len(b.Entities()))
 	tuneProcs(ctx, o.procs, logger)
