@@ -377,7 +377,7 @@ func TestClusterProxySessions(t *testing.T) {
 	if sr.SessionID() != "a" {
 		t.Fatalf("the next session is %q, want a", sr.SessionID())
 	}
-	got := receiveSession(t, ctx, sr, 3)
+	got := receiveN(t, ctx, sr, 3)
 	if ids := messageIDs(got); !slices.Equal(ids, []string{"a0", "a1", "a2"}) {
 		t.Fatalf("session a holds %v", ids)
 	}
@@ -408,7 +408,7 @@ func TestClusterProxySessions(t *testing.T) {
 	if state, err := named.GetSessionState(ctx, nil); err != nil || state != nil {
 		t.Fatalf("session b's state: %q, %v", state, err)
 	}
-	b := receiveSession(t, ctx, named, 1)
+	b := receiveN(t, ctx, named, 1)
 	if b[0].MessageID != "b0" || b[0].SessionID == nil || *b[0].SessionID != "b" {
 		t.Fatalf("session b gave %s", b[0].MessageID)
 	}
@@ -643,20 +643,6 @@ func receiveUntil(ctx context.Context, client *azservicebus.Client, stop <-chan 
 	if r != nil {
 		r.Close(ctx)
 	}
-}
-
-// receiveSession receives n messages from a session receiver.
-func receiveSession(t *testing.T, ctx context.Context, r *azservicebus.SessionReceiver, n int) []*azservicebus.ReceivedMessage {
-	t.Helper()
-	var got []*azservicebus.ReceivedMessage
-	for len(got) < n {
-		msgs, err := r.ReceiveMessages(ctx, n-len(got), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, msgs...)
-	}
-	return got
 }
 
 func closed(c <-chan struct{}) bool {

@@ -260,8 +260,13 @@ func deadLetterN(t *testing.T, ctx context.Context, r *azservicebus.Receiver, n 
 	}
 }
 
+// messageReceiver is a receiver or a session receiver of the Go SDK.
+type messageReceiver interface {
+	ReceiveMessages(ctx context.Context, n int, o *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
+}
+
 // receiveN receives n messages and holds their locks.
-func receiveN(t *testing.T, ctx context.Context, r *azservicebus.Receiver, n int) []*azservicebus.ReceivedMessage {
+func receiveN(t *testing.T, ctx context.Context, r messageReceiver, n int) []*azservicebus.ReceivedMessage {
 	t.Helper()
 	var got []*azservicebus.ReceivedMessage
 	for len(got) < n {
