@@ -92,27 +92,38 @@ func TestClusterForwardsAdmin(t *testing.T) {
 // name, value pairs.
 func putQueue(t *testing.T, p *proc, name, elements string, header ...string) (int, http.Header, string) {
 	t.Helper()
+	status, h, body, err := sendQueue(p, name, elements, append([]string{"If-Match", "*"}, header...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return status, h, body
+}
+
+// sendQueue puts a description of queue name, its elements those given,
+// to p's administration API with the root key and the headers given as
+// name, value pairs: a creation, or with If-Match an update. It fails when
+// p cannot be reached.
+func sendQueue(p *proc, name, elements string, header ...string) (int, http.Header, string, error) {
 	doc := `<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><QueueDescription ` +
 		`xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect">` + elements +
 		`</QueueDescription></content></entry>`
 	req, err := http.NewRequest(http.MethodPut, "http://"+p.http+"/"+name, strings.NewReader(doc))
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, "", err
 	}
 	req.Header.Set("Authorization", sas.Sign("sb://"+p.http+"/", sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE"},
 		time.Now().Add(time.Hour), sas.GoStyle))
 	req.Header.Set("Content-Type", "application/atom+xml")
-	req.Header.Set("If-Match", "*")
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, "", err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
+	return resp.StatusCode, resp.Header, string(b), nil
 }
 
 // TestAdvertisedHTTP: the URL a node advertises is --advertise-http, or

@@ -5,7 +5,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
@@ -38,17 +37,7 @@ func TestClusterLargeMessage(t *testing.T) {
 	}
 	client.Close(ctx)
 
-	nodes[leader].kill()
-	next := leaderNode(t, nodes, leader)
-	client = nodes[next].sdkClient()
-	defer client.Close(ctx)
-	receiver, err := client.NewReceiverForQueue("orders", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	got := receiveAll(t, rctx, receiver, 2)
+	got := receiveAfterFailover(t, ctx, nodes, leader, 2)
 	if got[0].MessageID != "large" || !bytes.Equal(got[0].Body, body) || got[1].MessageID != "small" {
 		t.Fatalf("the new leader hands out %s (%d bytes) and %s", got[0].MessageID, len(got[0].Body), got[1].MessageID)
 	}

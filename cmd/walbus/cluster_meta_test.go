@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +14,6 @@ import (
 	sbadmin "github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
 	"github.com/walbus/walbus/admin"
-	"github.com/walbus/walbus/amqpserver/sas"
 )
 
 // TestClusterMetadataProcesses: three nodes, the namespace replicated by
@@ -201,7 +198,7 @@ func TestClusterMetadataUnderKills(t *testing.T) {
 		// unknown and that was made answers 409 when asked again.
 		name := fmt.Sprintf("q%02d", i)
 		for try := 0; ; try++ {
-			code, body := createQueue(t, nodes[id], name)
+			code, body := createQueue(nodes[id], name)
 			if code == http.StatusCreated || code == http.StatusConflict {
 				acked = append(acked, name)
 				break
@@ -247,24 +244,12 @@ func TestClusterMetadataUnderKills(t *testing.T) {
 }
 
 // createQueue creates queue name through p's administration API with
-// the root key, and returns the answer's status and body.
-func createQueue(t *testing.T, p *proc, name string) (int, string) {
-	t.Helper()
-	doc := `<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><QueueDescription ` +
-		`xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"/></content></entry>`
-	req, err := http.NewRequest(http.MethodPut, "http://"+p.http+"/"+name, strings.NewReader(doc))
+// the root key, and returns the answer's status and body (0 and why when
+// p cannot be reached: a node killed meanwhile).
+func createQueue(p *proc, name string) (int, string) {
+	status, _, body, err := sendQueue(p, name, "")
 	if err != nil {
-		t.Fatal(err)
+		return 0, err.Error()
 	}
-	req.Header.Set("Authorization", sas.Sign("sb://"+p.http+"/", sas.Key{Name: "RootManageSharedAccessKey", Value: "SAS_KEY_VALUE"},
-		time.Now().Add(time.Hour), sas.GoStyle))
-	req.Header.Set("Content-Type", "application/atom+xml")
-	client := &http.Client{Timeout: 20 * time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, err.Error() // a node killed meanwhile
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return status, body
 }

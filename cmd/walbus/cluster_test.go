@@ -65,17 +65,7 @@ func TestClusterProcesses(t *testing.T) {
 	}
 	client.Close(ctx)
 
-	nodes[leader].kill()
-	next := leaderNode(t, nodes, leader)
-	client = nodes[next].sdkClient()
-	defer client.Close(ctx)
-	receiver, err := client.NewReceiverForQueue("orders", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	got := receiveAll(t, rctx, receiver, 41)
+	got := receiveAfterFailover(t, ctx, nodes, leader, 41)
 	slices.SortFunc(got, func(a, b *azservicebus.ReceivedMessage) int { return int(*a.SequenceNumber - *b.SequenceNumber) })
 	for i, m := range got {
 		if m.MessageID != before[i].MessageID || *m.SequenceNumber != *before[i].SequenceNumber ||
@@ -100,6 +90,22 @@ func TestClusterProcesses(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// receiveAfterFailover kills the queue's leader, and receives n messages
+// from the queue at the node that leads it next.
+func receiveAfterFailover(t *testing.T, ctx context.Context, nodes map[int]*proc, leader, n int) []*azservicebus.ReceivedMessage {
+	t.Helper()
+	nodes[leader].kill()
+	client := nodes[leaderNode(t, nodes, leader)].sdkClient()
+	defer client.Close(ctx)
+	receiver, err := client.NewReceiverForQueue("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return receiveAll(t, rctx, receiver, n)
 }
 
 // queueFigures is what p's console overview says of queue name: the
