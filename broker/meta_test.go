@@ -176,3 +176,58 @@ func TestClusterRecordsPeers(t *testing.T) {
 		waitTold(id, 4, "")
 	}
 }
+
+// In a cluster an entity's idleness is counted where it is led, from when
+// that node began to lead it: the metadata group's leader, which does not
+// lead the entity, leaves it however old its own view of the entity's
+// use; once it leads the entity too, it waits a whole AutoDeleteOnIdle
+// from then, and deletes it, on every node, only after that.
+func TestClusterIdleCountsFromLeading(t *testing.T) {
+	c := newCluster(t, func(_ uint64, o *Options) { o.AutoDeleteScan = time.Hour }) // scans called here
+	cfg := projection.DefaultConfig()
+	cfg.AutoDeleteOnIdle = projection.MinAutoDeleteOnIdle
+	c.create("idle", func(b *Broker) error {
+		_, err := b.CreateQueue("idle", cfg)
+		return err
+	})
+	meta := c.metaLeader()
+	old := time.Now().Add(-time.Hour).UnixNano()
+	age := func(id uint64, since bool) {
+		e := c.entityOn(id, "idle")
+		e.active.last.Store(old)
+		if since {
+			e.active.since.Store(old)
+		}
+	}
+	// The entity led by another node than the metadata group's leader.
+	lead := c.leaderOfEntity("idle", 0)
+	if lead == meta {
+		(*c.entityOn(meta, "idle").logRef.Load()).(memberLog).TransferLeader(meta%3 + 1)
+		lead = c.leaderOfEntity("idle", meta)
+	}
+	sendUntilCreated(t, c.entityOn(lead, "idle"), []projection.Message{{Body: []byte("x")}})
+	age(meta, true)
+	c.broker(meta).autoDelete()
+	if _, err := c.broker(meta).Entity("idle"); err != nil {
+		t.Fatalf("deleted by a node that does not lead it: %v", err)
+	}
+
+	// The metadata group's leader leads the entity now: its use counts
+	// from then.
+	for !c.entityOn(meta, "idle").Leading() {
+		if l := c.leaderOfEntity("idle", 0); l != meta {
+			(*c.entityOn(l, "idle").logRef.Load()).(memberLog).TransferLeader(meta)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	age(meta, false)
+	c.broker(meta).autoDelete()
+	if _, err := c.broker(meta).Entity("idle"); err != nil {
+		t.Fatalf("deleted as soon as the node began to lead it: %v", err)
+	}
+	age(meta, true)
+	c.broker(meta).autoDelete()
+	for id := uint64(1); id <= 3; id++ {
+		c.waitEntity(id, "idle", true)
+	}
+}
