@@ -85,20 +85,12 @@ func clusterChangeCmd(verb string, args []string) int {
 // run tells every node of the new peer (add), then takes each group's
 // steps until all are done or the timeout passes.
 func (c *clusterChange) run() error {
+	deadline := time.Now().Add(c.timeout)
 	if c.add {
-		told := 0
-		for _, addr := range c.nodes {
-			if err := c.post(addr, "peer", admin.PeerRequest{Node: c.node, Peer: c.peer}); err != nil {
-				fmt.Fprintf(c.log, "node at %s not told of node %d: %v\n", addr, c.node, err)
-				continue
-			}
-			told++
-		}
-		if told == 0 {
-			return errors.New("no node took the new peer")
+		if err := c.tell(deadline); err != nil {
+			return err
 		}
 	}
-	deadline := time.Now().Add(c.timeout)
 	for {
 		left, err := c.round()
 		if err != nil {
@@ -115,6 +107,35 @@ func (c *clusterChange) run() error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("after %v, not done: %s", c.timeout, strings.Join(left, "; "))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// tell tells every node of the new peer, and has the metadata group
+// record it, so that a node down now learns it when it is back. It asks
+// again, round after round until deadline, while no node has taken it:
+// the metadata group may be electing a leader (its leader is the node
+// that died, say).
+func (c *clusterChange) tell(deadline time.Time) error {
+	left := slices.Clone(c.nodes)
+	took := 0
+	for {
+		var again addrList
+		for _, addr := range left {
+			if err := c.post(addr, "peer", admin.PeerRequest{Node: c.node, Peer: c.peer}); err != nil {
+				fmt.Fprintf(c.log, "node at %s not told of node %d: %v\n", addr, c.node, err)
+				again = append(again, addr)
+				continue
+			}
+			took++
+		}
+		left = again
+		switch {
+		case took > 0:
+			return nil
+		case time.Now().After(deadline):
+			return errors.New("no node took the new peer")
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
